@@ -1,0 +1,46 @@
+# dayzero: the two commands a newcomer needs are `make test` and `make build` (README.md).
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 30
+CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+.PHONY: all deps build test unit asan fuzz bench format clean
+
+all: build
+
+deps:
+	bash scripts/install-deps.sh
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD)
+
+# Everything CI runs: the ASan+UBSan unit tests, the bounded fuzz runs, then the full suite.
+test: build asan fuzz
+	ctest --test-dir $(BUILD) --output-on-failure -j 2
+
+unit: build
+	ctest --test-dir $(BUILD) --output-on-failure -j 2 -L unit
+
+asan: deps
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDZ_SANITIZE=ON -DDZ_BENCH=OFF
+	cmake --build $(ASAN_BUILD)
+	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j 2 -L unit
+
+fuzz: deps
+	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDZ_FUZZ=ON \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DDZ_FUZZ_SECONDS=$(FUZZ_SECONDS)
+	cmake --build $(FUZZ_BUILD)
+	ctest --test-dir $(FUZZ_BUILD) --output-on-failure -L fuzz
+
+bench: build
+	$(BUILD)/src/dayzero/cli/dayzero bench limits
+
+format:
+	find src bench fuzz tests -name '*.h' -o -name '*.cpp' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

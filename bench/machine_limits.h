@@ -1,0 +1,24 @@
+#pragma once
+// The machine's ceilings (performance.md): DRAM read bandwidth and GEMM throughput, measured in the
+// same run as any benchmark that reports a fraction of them.
+
+namespace dz::bench {
+
+struct MachineLimits {
+  int num_threads = 0;
+  double dram_read_gbps_1thread = 0;  // GB/s, 1e9 bytes
+  double dram_read_gbps = 0;          // with num_threads
+  double gemm_f32_gflops = 0;         // oneDNN matmul, num_threads
+  double gemm_bf16_gflops = 0;
+};
+
+struct LimitsOptions {
+  int num_threads = 0;                  // 0: all hardware threads
+  long long dram_bytes = 1LL << 30;     // buffer read, well over the 260 MiB L3
+  int gemm_m = 1024, gemm_n = 4096, gemm_k = 4096;
+  double min_seconds = 1.0;             // per measurement
+};
+
+MachineLimits measure_limits(const LimitsOptions& options);
+
+}  // namespace dz::bench

@@ -1,0 +1,43 @@
+# Shared build settings and the helper that turns one folder of src/dayzero into one library.
+
+set(DZ_WARNINGS -Wall -Wextra -Wpedantic -Werror -Wshadow -Wconversion -Wno-sign-conversion)
+set(DZ_ISA_FLAGS_avx512 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vbmi -mfma -mf16c)
+
+if(DZ_SANITIZE)
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=address,undefined)
+endif()
+
+# dz_layer(NAME DEPS <libs...>) builds every *.cpp of the current folder (and its sub-folders) into
+# the static library dz_NAME, except *_test.cpp, which become the GoogleTest program dz_NAME_tests.
+# Files named *_avx512.cpp are compiled with the AVX-512 flags; nothing else is, so the reference
+# code stays portable and the dispatcher (kernels/) decides at run time.
+function(dz_layer name)
+  cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
+  file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
+  set(tests ${sources})
+  list(FILTER sources EXCLUDE REGEX "_test\\.cpp$")
+  list(FILTER tests INCLUDE REGEX "_test\\.cpp$")
+  if(sources)
+    add_library(dz_${name} STATIC ${sources})
+    target_include_directories(dz_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+    target_compile_options(dz_${name} PRIVATE ${DZ_WARNINGS})
+    target_link_libraries(dz_${name} PUBLIC ${ARG_DEPS})
+    foreach(src IN LISTS sources)
+      if(src MATCHES "_avx512\\.cpp$")
+        set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS "${DZ_ISA_FLAGS_avx512}")
+      endif()
+    endforeach()
+  else()
+    add_library(dz_${name} INTERFACE)
+    target_link_libraries(dz_${name} INTERFACE ${ARG_DEPS})
+  endif()
+  if(tests AND NOT DZ_FUZZ)
+    add_executable(dz_${name}_tests ${tests})
+    target_compile_options(dz_${name}_tests PRIVATE ${DZ_WARNINGS})
+    target_compile_definitions(dz_${name}_tests PRIVATE
+      DZ_SOURCE_DIR="${PROJECT_SOURCE_DIR}" DZ_BUILD_DIR="${PROJECT_BINARY_DIR}")
+    target_link_libraries(dz_${name}_tests PRIVATE dz_${name} GTest::gtest GTest::gmock GTest::gtest_main)
+    gtest_discover_tests(dz_${name}_tests DISCOVERY_MODE PRE_TEST PROPERTIES LABELS "unit")
+  endif()
+endfunction()

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs everything dayzero needs to build and test, from Debian's packages and the npm registry.
+# Idempotent and non-interactive: installs only what is missing; uses sudo only when not root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake ninja-build pkg-config git clang clang-format
+  libclang-rt-14-dev libfuzzer-14-dev libomp-14-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libdnnl-dev libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
+  libpcre2-dev libstb-dev
+  python3 python3-torch python3-numpy
+  nodejs npm
+)
+
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+# A machine that already has node and npm from elsewhere keeps them.
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  missing=("${missing[@]/#nodejs/}")
+  missing=("${missing[@]/#npm/}")
+fi
+read -r -a missing <<<"${missing[*]}"
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Independent tokenizer implementations the tests compare against (tests/npm/package.json).
+if [ -f tests/npm/package.json ] && [ ! -d tests/npm/node_modules ]; then
+  echo "install-deps: npm packages for the tokenizer comparison"
+  (cd tests/npm && npm ci --no-audit --no-fund --loglevel=error)
+fi
+echo "install-deps: all dependencies present"

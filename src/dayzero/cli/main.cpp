@@ -1,0 +1,36 @@
+// dayzero: one binary, subcommands registered from their own files (commands.h).
+
+#include <cstdio>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "dayzero/cli/commands.h"
+#include "dayzero/core/logging.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "dayzero: an inference engine for sparse, hybrid Mixture-of-Experts language models "
+      "(DeepSeek-V3.2, Kimi-Linear, Kimi-K3)"};
+  app.set_version_flag("--version", "dayzero " DZ_VERSION);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
+      ->capture_default_str();
+  app.require_subcommand(0, 1);
+
+  std::vector<std::pair<CLI::App*, dz::cli::RunCommand>> commands;
+  auto add = [&](dz::cli::RunCommand (*adder)(CLI::App&)) {
+    size_t before = app.get_subcommands({}).size();
+    auto run = adder(app);
+    commands.emplace_back(app.get_subcommands({}).at(before), std::move(run));
+  };
+  add(dz::cli::add_inspect_command);
+  add(dz::cli::add_bench_command);
+
+  CLI11_PARSE(app, argc, argv);
+  dz::init_logging(log_level);
+  for (auto& [subcommand, run] : commands)
+    if (subcommand->parsed()) return run();
+  std::fputs(app.help().c_str(), stdout);
+  return 0;
+}

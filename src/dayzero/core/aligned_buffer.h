@@ -1,0 +1,37 @@
+#pragma once
+// Owned, 64-byte aligned memory (one cache line, one AVX-512 register). Move-only.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace dz {
+
+inline constexpr size_t kBufferAlignment = 64;
+
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(size_t size_bytes);  // zero-filled
+  ~AlignedBuffer();
+  AlignedBuffer(AlignedBuffer&& other) noexcept;
+  AlignedBuffer& operator=(AlignedBuffer&& other) noexcept;
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+
+  std::byte* data() { return data_; }
+  const std::byte* data() const { return data_; }
+  size_t size_bytes() const { return size_bytes_; }
+  std::span<std::byte> bytes() { return {data_, size_bytes_}; }
+
+  template <typename T>
+  std::span<T> as_span() {
+    return {reinterpret_cast<T*>(data_), size_bytes_ / sizeof(T)};
+  }
+
+ private:
+  std::byte* data_ = nullptr;
+  size_t size_bytes_ = 0;
+};
+
+}  // namespace dz

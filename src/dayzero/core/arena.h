@@ -1,0 +1,33 @@
+#pragma once
+// A bump allocator for one engine step (style.md §6): sized once at startup, reset after every step,
+// never grows. Running out is a broken sizing invariant, not a request error.
+
+#include <cstddef>
+#include <span>
+
+#include "dayzero/core/aligned_buffer.h"
+#include "dayzero/core/tensor_view.h"
+
+namespace dz {
+
+class Arena {
+ public:
+  explicit Arena(size_t capacity_bytes);
+
+  // `size_bytes` bytes aligned to `alignment` (a power of two, at most 64).
+  std::span<std::byte> allocate(size_t size_bytes, size_t alignment = kBufferAlignment);
+  // A contiguous tensor view carved from the arena; its contents are unspecified.
+  TensorView allocate_tensor(DType dtype, Shape shape);
+  void reset() { used_bytes_ = 0; }
+
+  size_t capacity_bytes() const { return buffer_.size_bytes(); }
+  size_t used_bytes() const { return used_bytes_; }
+  size_t peak_bytes() const { return peak_bytes_; }
+
+ private:
+  AlignedBuffer buffer_;
+  size_t used_bytes_ = 0;
+  size_t peak_bytes_ = 0;
+};
+
+}  // namespace dz
