@@ -2,6 +2,8 @@
 // The machine's ceilings (performance.md): DRAM read bandwidth and GEMM throughput, measured in the
 // same run as any benchmark that reports a fraction of them.
 
+#include <string>
+
 namespace dz::bench {
 
 struct MachineLimits {
@@ -10,11 +12,13 @@ struct MachineLimits {
   double dram_read_gbps = 0;          // with num_threads
   double gemm_f32_gflops = 0;         // oneDNN matmul, num_threads
   double gemm_bf16_gflops = 0;
+  std::string gemm_f32_impl;          // the oneDNN implementation that ran, e.g. "brg:avx512_core"
+  std::string gemm_bf16_impl;         // "brg:avx512_core_amx_bf16" where the CPU has AMX
 };
 
 struct LimitsOptions {
   int num_threads = 0;                  // 0: all hardware threads
-  long long dram_bytes = 1LL << 30;     // buffer read, well over the 260 MiB L3
+  long long dram_bytes = 2LL << 30;     // buffer read, well over the L3 (260–480 MiB seen)
   int gemm_m = 1024, gemm_n = 4096, gemm_k = 4096;
   double min_seconds = 1.0;             // per measurement
 };
