@@ -1,11 +1,11 @@
-# dayzero: the two commands a newcomer needs are `make test` and `make build` (README.md).
+# dayzero: the two commands a newcomer needs are `make test` and `make run` (README.md).
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 30
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all deps build test unit asan fuzz bench format clean
+.PHONY: all deps build run test unit asan fuzz bench format clean
 
 all: build
 
@@ -17,6 +17,9 @@ $(BUILD)/build.ninja:
 
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD)
+
+run: build
+	$(BUILD)/src/dayzero/cli/dayzero --help
 
 # Everything CI runs: the ASan+UBSan unit tests, the bounded fuzz runs, then the full suite.
 test: build asan fuzz
