@@ -1,0 +1,1 @@
+"""Reference code for dayzero tests: format emulation, checkpoint writers, tokenizer files."""
