@@ -309,7 +309,7 @@ TEST(Codecs, NamedTiesAndBoundaries) {
   EXPECT_EQ(encode_e4m3(0xFp-10f), 0x08);   // 7.5 · 2^-9 ties into the smallest normal
   EXPECT_EQ(encode_e4m3(1.0625f), 0x38);    // 1 + 1/16 ties to 1.0
   EXPECT_EQ(encode_e4m3(1.1875f), 0x3A);    // 1.125 + 1/16 ties to 1.25
-  EXPECT_EQ(encode_e4m3(15.5f), 0x50 + 7);  // 15.5 ties between 15 and 16: 16 (carry) is even
+  EXPECT_EQ(encode_e4m3(15.5f), 0x58);  // ties between 15 (0x57) and 16 (0x58, carry): even wins
   EXPECT_EQ(encode_e4m3(15.5f), encode_e4m3(16.0f));
   // E5M2 top: 61440 is the tie between 57344 and the next binade (Inf under IEEE).
   EXPECT_EQ(encode_e5m2(std::nextafter(61440.0f, 0.0f), nonsat), 0x7B);
