@@ -1,0 +1,244 @@
+#include "dayzero/model/arch/deepseek_v32.h"
+
+#include <fmt/format.h>
+
+namespace dz::model {
+namespace {
+
+#define READ(method, field, ...) \
+  DZ_READ_CONFIG_FIELD(obj, c, method, field __VA_OPT__(, ) __VA_ARGS__)
+
+Status check_contradictions(const formats::ConfigObject& obj, const DeepseekV32Config& c) {
+  if (c.first_k_dense_replace >= c.num_hidden_layers)
+    return obj.field_error("first_k_dense_replace",
+                           fmt::format("{} leaves no MoE layer (num_hidden_layers {})",
+                                       c.first_k_dense_replace, c.num_hidden_layers));
+  if (c.num_experts_per_tok > c.n_routed_experts)
+    return obj.field_error(
+        "num_experts_per_tok",
+        fmt::format("{} exceeds n_routed_experts {}", c.num_experts_per_tok, c.n_routed_experts));
+  if (c.n_routed_experts % c.n_group != 0)
+    return obj.field_error("n_group", fmt::format("{} does not divide n_routed_experts {}",
+                                                  c.n_group, c.n_routed_experts));
+  if (c.topk_group > c.n_group)
+    return obj.field_error("topk_group",
+                           fmt::format("{} exceeds n_group {}", c.topk_group, c.n_group));
+  if (c.num_experts_per_tok > c.topk_group * (c.n_routed_experts / c.n_group))
+    return obj.field_error(
+        "num_experts_per_tok",
+        fmt::format("{} exceeds the {} experts of the topk_group {} groups", c.num_experts_per_tok,
+                    c.topk_group * (c.n_routed_experts / c.n_group), c.topk_group));
+  if (c.index_head_dim < c.qk_rope_head_dim)
+    return obj.field_error("index_head_dim",
+                           fmt::format("{} is smaller than its rope part qk_rope_head_dim {}",
+                                       c.index_head_dim, c.qk_rope_head_dim));
+  if (c.topk_method != "noaux_tc")
+    return obj.field_error("topk_method",
+                           fmt::format("unsupported \"{}\" (supported: noaux_tc)", c.topk_method));
+  if (c.scoring_func != "sigmoid")
+    return obj.field_error("scoring_func",
+                           fmt::format("unsupported \"{}\" (supported: sigmoid)", c.scoring_func));
+  if (c.hidden_act != "silu")
+    return obj.field_error("hidden_act",
+                           fmt::format("unsupported \"{}\" (supported: silu)", c.hidden_act));
+  auto method = c.quantization_config.method;
+  if (method != formats::QuantMethod::kNone && method != formats::QuantMethod::kFp8Block)
+    return obj.field_error("quantization_config",
+                           fmt::format("{} is not a deepseek_v32 format (supported: fp8 or none)",
+                                       c.quantization_config.describe()));
+  return Status::ok_status();
+}
+
+bool is_moe_layer(const DeepseekV32Config& c, int64_t layer_id) {
+  return layer_id >= c.first_k_dense_replace && layer_id % c.moe_layer_freq == 0;
+}
+
+class DeepseekV32 final : public Architecture {
+ public:
+  DeepseekV32(DeepseekV32Config config, std::string model_type, std::string prefix)
+      : config_(std::move(config)),
+        model_type_(std::move(model_type)),
+        prefix_(std::move(prefix)) {}
+
+  std::string_view recipe_name() const override { return "deepseek_v32"; }
+  const std::string& model_type() const override { return model_type_; }
+  LayerSchedule schedule() const override { return deepseek_v32_schedule(config_); }
+  TensorTable tensor_table() const override { return deepseek_v32_tensors(config_, prefix_); }
+  const formats::QuantizationConfig& quantization() const override {
+    return config_.quantization_config;
+  }
+  int64_t num_routed_experts() const override { return config_.n_routed_experts; }
+  int64_t num_experts_per_token() const override { return config_.num_experts_per_tok; }
+
+ private:
+  DeepseekV32Config config_;
+  std::string model_type_;
+  std::string prefix_;
+};
+
+}  // namespace
+
+Result<DeepseekV32Config> parse_deepseek_v32_config(const formats::ConfigObject& obj) {
+  DeepseekV32Config c;
+  READ(required_positive_int, vocab_size);
+  READ(required_positive_int, hidden_size);
+  READ(required_positive_int, intermediate_size);
+  READ(required_positive_int, moe_intermediate_size);
+  READ(required_positive_int, num_hidden_layers);
+  READ(optional_non_negative_int, num_nextn_predict_layers, 0);
+  READ(required_positive_int, num_attention_heads);
+  READ(required_positive_int, q_lora_rank);
+  READ(required_positive_int, kv_lora_rank);
+  READ(required_positive_int, qk_nope_head_dim);
+  READ(required_positive_int, qk_rope_head_dim);
+  READ(required_positive_int, v_head_dim);
+  READ(required_positive_int, n_routed_experts);
+  READ(optional_non_negative_int, n_shared_experts, 0);
+  READ(required_positive_int, num_experts_per_tok);
+  READ(required_positive_int, n_group);
+  READ(required_positive_int, topk_group);
+  READ(required_non_negative_int, first_k_dense_replace);
+  READ(required_positive_int, moe_layer_freq);
+  READ(optional_bool, norm_topk_prob, true);
+  READ(required_number, routed_scaling_factor);
+  READ(required_string, topk_method);
+  READ(required_string, scoring_func);
+  READ(required_string, hidden_act);
+  READ(required_positive_int, index_n_heads);
+  READ(required_positive_int, index_head_dim);
+  READ(required_positive_int, index_topk);
+  READ(required_positive_int, max_position_embeddings);
+  READ(required_number, rope_theta);
+  READ(required_number, rms_norm_eps);
+  READ(optional_bool, tie_word_embeddings, false);
+  DZ_ASSIGN_OR_RETURN(bool attention_bias, obj.optional_bool("attention_bias", false));
+  if (attention_bias) return obj.field_error("attention_bias", "biased attention is not supported");
+  DZ_ASSIGN_OR_RETURN(auto rope, obj.optional_object("rope_scaling"));
+  if (rope) {
+    DZ_ASSIGN_OR_RETURN(c.rope_scaling, formats::parse_rope_scaling(*rope));
+  }
+  DZ_ASSIGN_OR_RETURN(auto quant, obj.optional_object("quantization_config"));
+  if (quant) {
+    DZ_ASSIGN_OR_RETURN(c.quantization_config, formats::parse_quantization_config(*quant));
+  }
+  DZ_RETURN_IF_ERROR(check_contradictions(obj, c));
+  return c;
+}
+
+#undef READ
+
+LayerSchedule deepseek_v32_schedule(const DeepseekV32Config& c) {
+  LayerSchedule schedule;
+  int64_t num_layers = c.num_hidden_layers + c.num_nextn_predict_layers;
+  for (int64_t i = 0; i < num_layers; ++i)
+    schedule.layers.push_back(LayerSpec{
+        .layer_id = static_cast<int>(i),
+        .attention = AttentionKind::kMlaDsa,
+        .ffn = is_moe_layer(c, i) ? FfnKind::kMoe : FfnKind::kDenseMlp,
+        .is_mtp = i >= c.num_hidden_layers,
+    });
+  return schedule;
+}
+
+TensorTable deepseek_v32_tensors(const DeepseekV32Config& c, const std::string& prefix) {
+  const auto& q = c.quantization_config;
+  bool fp8 = q.method == formats::QuantMethod::kFp8Block;
+  TensorTable table(fp8 ? q.block_rows : 128, fp8 ? q.block_cols : 128, 32);
+  WeightFormat linear = fp8 ? WeightFormat::kFp8Block : WeightFormat::kPlain;
+  const int64_t d = c.hidden_size;
+  const int64_t heads = c.num_attention_heads;
+  using Scope = TensorTable::Scope;
+
+  table.add_float(prefix + "model.embed_tokens.weight", {c.vocab_size, d}, DType::kBF16,
+                  {.component = Component::kEmbedding});
+  table.add_float(prefix + "model.norm.weight", {d}, DType::kBF16,
+                  {.component = Component::kNorms});
+  if (!c.tie_word_embeddings)
+    table.add_float(prefix + "lm_head.weight", {c.vocab_size, d}, DType::kBF16,
+                    {.component = Component::kLmHead});
+
+  for (const LayerSpec& layer : deepseek_v32_schedule(c).layers) {
+    const int i = layer.layer_id;
+    const std::string p = fmt::format("{}model.layers.{}.", prefix, i);
+    auto scope = [&](Component component, bool routed = false) {
+      return Scope{.component = component,
+                   .layer_id = i,
+                   .is_mtp = layer.is_mtp,
+                   .is_routed_expert = routed};
+    };
+    table.add_float(p + "input_layernorm.weight", {d}, DType::kBF16, scope(Component::kNorms));
+    table.add_float(p + "post_attention_layernorm.weight", {d}, DType::kBF16,
+                    scope(Component::kNorms));
+
+    // MLA (models.md §2.1): q LoRA, joint KV latent + shared rope key.
+    Scope attn = scope(Component::kAttention);
+    table.add_linear(p + "self_attn.q_a_proj", c.q_lora_rank, d, linear, attn);
+    table.add_float(p + "self_attn.q_a_layernorm.weight", {c.q_lora_rank}, DType::kBF16, attn);
+    table.add_linear(p + "self_attn.q_b_proj", heads * (c.qk_nope_head_dim + c.qk_rope_head_dim),
+                     c.q_lora_rank, linear, attn);
+    table.add_linear(p + "self_attn.kv_a_proj_with_mqa", c.kv_lora_rank + c.qk_rope_head_dim, d,
+                     linear, attn);
+    table.add_float(p + "self_attn.kv_a_layernorm.weight", {c.kv_lora_rank}, DType::kBF16, attn);
+    table.add_linear(p + "self_attn.kv_b_proj", heads * (c.qk_nope_head_dim + c.v_head_dim),
+                     c.kv_lora_rank, linear, attn);
+    table.add_linear(p + "self_attn.o_proj", d, heads * c.v_head_dim, linear, attn);
+
+    // Lightning indexer (models.md §3.1); k_norm dtype is (unverified), any float accepted.
+    Scope indexer = scope(Component::kIndexer);
+    table.add_linear(p + "self_attn.indexer.wq_b", c.index_n_heads * c.index_head_dim,
+                     c.q_lora_rank, linear, indexer);
+    table.add_linear(p + "self_attn.indexer.wk", c.index_head_dim, d, linear, indexer);
+    table.add_float(p + "self_attn.indexer.k_norm.weight", {c.index_head_dim}, DType::kF32,
+                    indexer);
+    table.add_float(p + "self_attn.indexer.k_norm.bias", {c.index_head_dim}, DType::kF32, indexer);
+    table.add_linear(p + "self_attn.indexer.weights_proj", c.index_n_heads, d, WeightFormat::kPlain,
+                     indexer);
+
+    if (layer.ffn == FfnKind::kDenseMlp) {
+      Scope mlp = scope(Component::kDenseMlp);
+      table.add_linear(p + "mlp.gate_proj", c.intermediate_size, d, linear, mlp);
+      table.add_linear(p + "mlp.up_proj", c.intermediate_size, d, linear, mlp);
+      table.add_linear(p + "mlp.down_proj", d, c.intermediate_size, linear, mlp);
+    } else {
+      Scope router = scope(Component::kRouter);
+      table.add_linear(p + "mlp.gate", c.n_routed_experts, d, WeightFormat::kPlain, router);
+      table.add_float(p + "mlp.gate.e_score_correction_bias", {c.n_routed_experts}, DType::kF32,
+                      router);
+      Scope routed = scope(Component::kRoutedExperts, true);
+      for (int64_t e = 0; e < c.n_routed_experts; ++e) {
+        const std::string ep = fmt::format("{}mlp.experts.{}.", p, e);
+        table.add_linear(ep + "gate_proj", c.moe_intermediate_size, d, linear, routed);
+        table.add_linear(ep + "up_proj", c.moe_intermediate_size, d, linear, routed);
+        table.add_linear(ep + "down_proj", d, c.moe_intermediate_size, linear, routed);
+      }
+      if (c.n_shared_experts > 0) {
+        Scope shared = scope(Component::kSharedExperts);
+        const int64_t inter = c.moe_intermediate_size * c.n_shared_experts;
+        table.add_linear(p + "mlp.shared_experts.gate_proj", inter, d, linear, shared);
+        table.add_linear(p + "mlp.shared_experts.up_proj", inter, d, linear, shared);
+        table.add_linear(p + "mlp.shared_experts.down_proj", d, inter, linear, shared);
+      }
+    }
+
+    if (layer.is_mtp) {
+      // MTP head (models.md §7.1): eh_proj dtype is (unverified), FP8 or plain accepted.
+      Scope mtp = scope(Component::kMtp);
+      table.add_float(p + "enorm.weight", {d}, DType::kBF16, mtp);
+      table.add_float(p + "hnorm.weight", {d}, DType::kBF16, mtp);
+      table.add_linear(p + "eh_proj", d, 2 * d,
+                       fp8 ? WeightFormat::kFp8BlockOrPlain : WeightFormat::kPlain, mtp);
+      table.add_float(p + "shared_head.norm.weight", {d}, DType::kBF16, mtp);
+      table.add_float(p + "embed_tokens.weight", {c.vocab_size, d}, DType::kBF16, mtp);
+      table.add_float(p + "shared_head.head.weight", {c.vocab_size, d}, DType::kBF16, mtp);
+    }
+  }
+  return table;
+}
+
+Result<std::unique_ptr<Architecture>> parse_deepseek_v32(const RecipeInput& input) {
+  DZ_ASSIGN_OR_RETURN(DeepseekV32Config config, parse_deepseek_v32_config(input.text));
+  return std::unique_ptr<Architecture>(
+      std::make_unique<DeepseekV32>(std::move(config), input.model_type, input.tensor_prefix));
+}
+
+}  // namespace dz::model

@@ -1,0 +1,359 @@
+#include "dayzero/model/arch/kimi_linear.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace dz::model {
+namespace {
+
+#define READ(method, field, ...) \
+  DZ_READ_CONFIG_FIELD(obj, c, method, field __VA_OPT__(, ) __VA_ARGS__)
+
+// Converts a 1-based layer list to 0-based, refusing out-of-range entries and duplicates.
+Result<std::vector<int>> read_layer_list(const formats::ConfigObject& obj, std::string_view key,
+                                         int64_t num_layers, std::vector<int>& owner,
+                                         std::string_view other_key) {
+  DZ_ASSIGN_OR_RETURN(std::vector<int64_t> one_based, obj.required_positive_int_list(key));
+  std::vector<int> out;
+  for (size_t j = 0; j < one_based.size(); ++j) {
+    std::string item = fmt::format("{}[{}]", key, j);
+    if (one_based[j] > num_layers)
+      return obj.field_error(
+          item, fmt::format("layer {} is out of range 1..{} (the list is 1-based)", one_based[j],
+                            num_layers));
+    int layer = static_cast<int>(one_based[j] - 1);
+    if (owner[static_cast<size_t>(layer)] == 1)
+      return obj.field_error(item, fmt::format("layer {} is listed twice", one_based[j]));
+    if (owner[static_cast<size_t>(layer)] == 2)
+      return obj.field_error(item, fmt::format("layer {} is also in {}", one_based[j], other_key));
+    owner[static_cast<size_t>(layer)] = 1;
+    out.push_back(layer);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Result<KimiLinearAttnConfig> parse_linear_attn_config(const formats::ConfigObject& obj,
+                                                      int64_t num_layers) {
+  KimiLinearAttnConfig c;
+  // owner[i]: 0 = unlisted, 1 = listed by the list being read, 2 = by the other list.
+  std::vector<int> owner(static_cast<size_t>(num_layers), 0);
+  DZ_ASSIGN_OR_RETURN(c.kda_layers,
+                      read_layer_list(obj, "kda_layers", num_layers, owner, "full_attn_layers"));
+  for (int& o : owner) o = o == 1 ? 2 : 0;
+  DZ_ASSIGN_OR_RETURN(c.full_attn_layers,
+                      read_layer_list(obj, "full_attn_layers", num_layers, owner, "kda_layers"));
+  for (size_t i = 0; i < owner.size(); ++i)
+    if (owner[i] == 0)
+      return obj.field_error("kda_layers",
+                             fmt::format("layer {} (1-based) is in neither kda_layers nor "
+                                         "full_attn_layers; together they must cover 1..{}",
+                                         i + 1, num_layers));
+  READ(required_positive_int, num_heads);
+  READ(required_positive_int, head_dim);
+  READ(required_positive_int, short_conv_kernel_size);
+  READ(optional_bool, use_full_rank_gate, false);
+  READ(optional_number, gate_lower_bound);
+  if (c.gate_lower_bound && !(*c.gate_lower_bound < 0.0))
+    return obj.type_error("gate_lower_bound", "a negative number");
+  if (c.gate_lower_bound && c.num_heads > c.head_dim)
+    return obj.field_error("num_heads", fmt::format("{} heads do not fit the A_log padding to "
+                                                    "head_dim {} of the bounded gate",
+                                                    c.num_heads, c.head_dim));
+  return c;
+}
+
+Status check_contradictions(const formats::ConfigObject& obj, const KimiLinearConfig& c) {
+  if (!c.mla_use_nope)
+    return obj.field_error("mla_use_nope", "must be true: Kimi MLA with RoPE is not supported");
+  if (c.first_k_dense_replace >= c.num_hidden_layers)
+    return obj.field_error("first_k_dense_replace",
+                           fmt::format("{} leaves no MoE layer (num_hidden_layers {})",
+                                       c.first_k_dense_replace, c.num_hidden_layers));
+  if (c.num_experts_per_token > c.num_experts)
+    return obj.field_error(
+        "num_experts_per_token",
+        fmt::format("{} exceeds num_experts {}", c.num_experts_per_token, c.num_experts));
+  if (c.num_experts % c.num_expert_group != 0)
+    return obj.field_error("num_expert_group", fmt::format("{} does not divide num_experts {}",
+                                                           c.num_expert_group, c.num_experts));
+  if (c.topk_group > c.num_expert_group)
+    return obj.field_error("topk_group", fmt::format("{} exceeds num_expert_group {}", c.topk_group,
+                                                     c.num_expert_group));
+  if (c.num_experts_per_token > c.topk_group * (c.num_experts / c.num_expert_group))
+    return obj.field_error("num_experts_per_token",
+                           fmt::format("{} exceeds the experts of the topk_group {} groups",
+                                       c.num_experts_per_token, c.topk_group));
+  if (c.moe_router_activation_func != "sigmoid")
+    return obj.field_error(
+        "moe_router_activation_func",
+        fmt::format("unsupported \"{}\" (supported: sigmoid)", c.moe_router_activation_func));
+  if (c.hidden_act != "silu" && c.hidden_act != "situ")
+    return obj.field_error("hidden_act",
+                           fmt::format("unsupported \"{}\" (supported: silu, situ)", c.hidden_act));
+  const auto& q = c.quantization_config;
+  if (q.method != formats::QuantMethod::kNone &&
+      q.method != formats::QuantMethod::kMxfp4CompressedTensors)
+    return obj.field_error("quantization_config",
+                           fmt::format("{} is not a kimi_linear format (supported: "
+                                       "compressed-tensors mxfp4-pack-quantized or none)",
+                                       q.describe()));
+  if (q.method == formats::QuantMethod::kMxfp4CompressedTensors) {
+    int64_t expert_in = c.routed_expert_hidden_size.value_or(c.hidden_size);
+    if (expert_in % q.group_size != 0 || c.moe_intermediate_size % q.group_size != 0)
+      return obj.field_error("quantization_config",
+                             fmt::format("MXFP4 experts need in-dims divisible by {} (expert "
+                                         "width {}, moe_intermediate_size {})",
+                                         q.group_size, expert_in, c.moe_intermediate_size));
+  }
+  return Status::ok_status();
+}
+
+class KimiLinear final : public Architecture {
+ public:
+  KimiLinear(KimiLinearConfig config, std::string model_type, std::string prefix, bool vision)
+      : config_(std::move(config)),
+        model_type_(std::move(model_type)),
+        prefix_(std::move(prefix)),
+        vision_(vision) {}
+
+  std::string_view recipe_name() const override { return "kimi_linear"; }
+  const std::string& model_type() const override { return model_type_; }
+  LayerSchedule schedule() const override { return kimi_linear_schedule(config_); }
+  TensorTable tensor_table() const override { return kimi_linear_tensors(config_, prefix_); }
+  // K3's vision tower names are taken from the checkpoint (models.md §7.3.4).
+  std::vector<std::pair<std::string, Component>> unchecked_prefixes() const override {
+    if (!vision_) return {};
+    return {{"vision_tower.", Component::kVision}, {"mm_projector.", Component::kVision}};
+  }
+  const formats::QuantizationConfig& quantization() const override {
+    return config_.quantization_config;
+  }
+  int64_t num_routed_experts() const override { return config_.num_experts; }
+  int64_t num_experts_per_token() const override { return config_.num_experts_per_token; }
+
+ private:
+  KimiLinearConfig config_;
+  std::string model_type_;
+  std::string prefix_;
+  bool vision_;
+};
+
+}  // namespace
+
+Result<KimiLinearConfig> parse_kimi_linear_config(const formats::ConfigObject& obj) {
+  KimiLinearConfig c;
+  READ(required_positive_int, vocab_size);
+  READ(required_positive_int, hidden_size);
+  READ(required_positive_int, intermediate_size);
+  READ(required_positive_int, num_hidden_layers);
+  READ(required_positive_int, num_attention_heads);
+  READ(optional_positive_int, q_lora_rank);
+  READ(required_positive_int, kv_lora_rank);
+  READ(required_positive_int, qk_nope_head_dim);
+  READ(required_positive_int, qk_rope_head_dim);
+  READ(required_positive_int, v_head_dim);
+  READ(required_bool, mla_use_nope);
+  READ(optional_bool, mla_use_output_gate, false);
+  READ(required_positive_int, num_experts);
+  READ(required_positive_int, num_experts_per_token);
+  READ(optional_non_negative_int, num_shared_experts, 0);
+  READ(required_positive_int, moe_intermediate_size);
+  READ(required_string, moe_router_activation_func);
+  READ(optional_bool, moe_renormalize, true);
+  READ(required_number, routed_scaling_factor);
+  READ(optional_bool, use_grouped_topk, false);
+  if (obj.has("num_expert_group")) {
+    READ(required_positive_int, num_expert_group);
+  }
+  if (obj.has("topk_group")) {
+    READ(required_positive_int, topk_group);
+  }
+  READ(required_non_negative_int, first_k_dense_replace);
+  READ(required_positive_int, moe_layer_freq);
+  READ(optional_positive_int, routed_expert_hidden_size);
+  READ(optional_bool, latent_moe_use_norm, false);
+  READ(required_string, hidden_act);
+  if (c.hidden_act == "situ") {
+    READ(required_number, activation_situ_beta);
+    READ(required_number, activation_situ_linear_beta);
+  }
+  READ(optional_positive_int, attn_res_block_size);
+  READ(required_number, rms_norm_eps);
+  READ(optional_bool, tie_word_embeddings, false);
+  DZ_ASSIGN_OR_RETURN(int64_t num_mtp,
+                      obj.optional_non_negative_int("num_nextn_predict_layers", 0));
+  if (num_mtp != 0)
+    return obj.field_error("num_nextn_predict_layers",
+                           "MTP layers are not defined for kimi_linear");
+  DZ_ASSIGN_OR_RETURN(formats::ConfigObject linear, obj.required_object("linear_attn_config"));
+  DZ_ASSIGN_OR_RETURN(c.linear_attn_config, parse_linear_attn_config(linear, c.num_hidden_layers));
+  DZ_ASSIGN_OR_RETURN(auto quant, obj.optional_object("quantization_config"));
+  if (quant) {
+    DZ_ASSIGN_OR_RETURN(c.quantization_config, formats::parse_quantization_config(*quant));
+  }
+  DZ_RETURN_IF_ERROR(check_contradictions(obj, c));
+  return c;
+}
+
+#undef READ
+
+LayerSchedule kimi_linear_schedule(const KimiLinearConfig& c) {
+  LayerSchedule schedule;
+  const auto& kda = c.linear_attn_config.kda_layers;
+  for (int i = 0; i < static_cast<int>(c.num_hidden_layers); ++i) {
+    bool moe = i >= c.first_k_dense_replace && i % c.moe_layer_freq == 0;
+    LayerSpec layer{
+        .layer_id = i,
+        .attention = std::binary_search(kda.begin(), kda.end(), i) ? AttentionKind::kKda
+                                                                   : AttentionKind::kMla,
+        .ffn = !moe ? FfnKind::kDenseMlp
+                    : (c.routed_expert_hidden_size ? FfnKind::kLatentMoe : FfnKind::kMoe),
+        .attn_res = c.attn_res_block_size.has_value(),
+        .attn_res_write = c.attn_res_block_size && i % *c.attn_res_block_size == 0,
+    };
+    schedule.layers.push_back(layer);
+  }
+  return schedule;
+}
+
+TensorTable kimi_linear_tensors(const KimiLinearConfig& c, const std::string& prefix) {
+  const auto& q = c.quantization_config;
+  const auto& la = c.linear_attn_config;
+  bool mxfp4 = q.method == formats::QuantMethod::kMxfp4CompressedTensors;
+  TensorTable table(128, 128, mxfp4 ? q.group_size : 32);
+  // Only routed experts are quantized (models.md §7.3); everything else is a plain linear.
+  const WeightFormat plain = WeightFormat::kPlain;
+  const WeightFormat expert_format = mxfp4 ? WeightFormat::kMxfp4 : WeightFormat::kPlain;
+  const int64_t d = c.hidden_size;
+  const int64_t heads = c.num_attention_heads;
+  const int64_t kda_width = la.num_heads * la.head_dim;
+  // K3's bounded-gate KDA ships its conv, A_log, dt_bias and o_norm in F32 (models.md §7.3.3);
+  // Kimi-Linear only A_log and dt_bias. Any float dtype is accepted either way.
+  const DType kda_small = la.gate_lower_bound ? DType::kF32 : DType::kBF16;
+  using Scope = TensorTable::Scope;
+
+  table.add_float(prefix + "model.embed_tokens.weight", {c.vocab_size, d}, DType::kBF16,
+                  {.component = Component::kEmbedding});
+  table.add_float(prefix + "model.norm.weight", {d}, DType::kBF16,
+                  {.component = Component::kNorms});
+  if (!c.tie_word_embeddings)
+    table.add_float(prefix + "lm_head.weight", {c.vocab_size, d}, DType::kBF16,
+                    {.component = Component::kLmHead});
+  if (c.attn_res_block_size) {
+    // Prefix of the final mix is (unverified) (models.md §7.3.3).
+    Scope res{.component = Component::kAttnRes};
+    table.add_linear(prefix + "model.output_attn_res_proj", 1, d, plain, res);
+    table.add_float(prefix + "model.output_attn_res_norm.weight", {d}, DType::kBF16, res);
+  }
+
+  for (const LayerSpec& layer : kimi_linear_schedule(c).layers) {
+    const int i = layer.layer_id;
+    const std::string p = fmt::format("{}model.layers.{}.", prefix, i);
+    auto scope = [&](Component component, bool routed = false) {
+      return Scope{.component = component, .layer_id = i, .is_routed_expert = routed};
+    };
+    Scope norms = scope(Component::kNorms);
+    table.add_float(p + "input_layernorm.weight", {d}, DType::kBF16, norms);
+    table.add_float(p + "post_attention_layernorm.weight", {d}, DType::kBF16, norms);
+    if (layer.attn_res) {
+      Scope res = scope(Component::kAttnRes);
+      table.add_linear(p + "self_attention_res_proj", 1, d, plain, res);
+      table.add_float(p + "self_attention_res_norm.weight", {d}, DType::kBF16, res);
+      table.add_linear(p + "mlp_res_proj", 1, d, plain, res);
+      table.add_float(p + "mlp_res_norm.weight", {d}, DType::kBF16, res);
+    }
+
+    if (layer.attention == AttentionKind::kKda) {
+      // models.md §4, §7.2–7.3: projections, short convs, low-rank decay gate, output gate.
+      Scope kda = scope(Component::kKda);
+      for (const char* name : {"q", "k", "v"}) {
+        table.add_linear(fmt::format("{}self_attn.{}_proj", p, name), kda_width, d, plain, kda);
+        table.add_float(fmt::format("{}self_attn.{}_conv1d.weight", p, name),
+                        {kda_width, 1, la.short_conv_kernel_size}, kda_small, kda);
+      }
+      table.add_linear(p + "self_attn.f_a_proj", la.head_dim, d, plain, kda);
+      table.add_linear(p + "self_attn.f_b_proj", kda_width, la.head_dim, plain, kda);
+      table.add_linear(p + "self_attn.b_proj", la.num_heads, d, plain, kda);
+      // Bounded gate: A_log padded to head_dim, first num_heads used (unverified padding rule).
+      table.add_float(p + "self_attn.A_log",
+                      la.gate_lower_bound ? Shape{la.head_dim} : Shape{1, 1, la.num_heads, 1},
+                      DType::kF32, kda);
+      table.add_float(p + "self_attn.dt_bias", {kda_width}, DType::kF32, kda);
+      if (la.use_full_rank_gate) {
+        table.add_linear(p + "self_attn.g_proj", kda_width, d, plain, kda);
+      } else {
+        table.add_linear(p + "self_attn.g_a_proj", la.head_dim, d, plain, kda);
+        table.add_linear(p + "self_attn.g_b_proj", kda_width, la.head_dim, plain, kda);
+      }
+      table.add_float(p + "self_attn.o_norm.weight", {la.head_dim}, kda_small, kda);
+      table.add_linear(p + "self_attn.o_proj", d, kda_width, plain, kda);
+    } else {
+      // NoPE MLA (models.md §2.5), optionally with q LoRA and the per-head output gate.
+      Scope attn = scope(Component::kAttention);
+      const int64_t qk_head = c.qk_nope_head_dim + c.qk_rope_head_dim;
+      if (c.q_lora_rank) {
+        table.add_linear(p + "self_attn.q_a_proj", *c.q_lora_rank, d, plain, attn);
+        table.add_float(p + "self_attn.q_a_layernorm.weight", {*c.q_lora_rank}, DType::kBF16, attn);
+        table.add_linear(p + "self_attn.q_b_proj", heads * qk_head, *c.q_lora_rank, plain, attn);
+      } else {
+        table.add_linear(p + "self_attn.q_proj", heads * qk_head, d, plain, attn);
+      }
+      table.add_linear(p + "self_attn.kv_a_proj_with_mqa", c.kv_lora_rank + c.qk_rope_head_dim, d,
+                       plain, attn);
+      table.add_float(p + "self_attn.kv_a_layernorm.weight", {c.kv_lora_rank}, DType::kBF16, attn);
+      table.add_linear(p + "self_attn.kv_b_proj", heads * (c.qk_nope_head_dim + c.v_head_dim),
+                       c.kv_lora_rank, plain, attn);
+      if (c.mla_use_output_gate)
+        table.add_linear(p + "self_attn.g_proj", heads * c.v_head_dim, d, plain, attn);
+      table.add_linear(p + "self_attn.o_proj", d, heads * c.v_head_dim, plain, attn);
+    }
+
+    if (layer.ffn == FfnKind::kDenseMlp) {
+      Scope mlp = scope(Component::kDenseMlp);
+      table.add_linear(p + "mlp.gate_proj", c.intermediate_size, d, plain, mlp);
+      table.add_linear(p + "mlp.up_proj", c.intermediate_size, d, plain, mlp);
+      table.add_linear(p + "mlp.down_proj", d, c.intermediate_size, plain, mlp);
+      continue;
+    }
+    const std::string moe = p + "block_sparse_moe.";
+    Scope router = scope(Component::kRouter);
+    table.add_linear(moe + "gate", c.num_experts, d, plain, router);
+    table.add_float(moe + "gate.e_score_correction_bias", {c.num_experts}, DType::kF32, router);
+    int64_t expert_width = d;
+    if (layer.ffn == FfnKind::kLatentMoe) {
+      // models.md §6.3: experts run in the latent width between a down and an up projection.
+      expert_width = *c.routed_expert_hidden_size;
+      Scope latent = scope(Component::kLatentMoe);
+      table.add_linear(moe + "routed_expert_down_proj", expert_width, d, plain, latent);
+      if (c.latent_moe_use_norm)
+        table.add_float(moe + "routed_expert_norm.weight", {expert_width}, DType::kBF16, latent);
+      table.add_linear(moe + "routed_expert_up_proj", d, expert_width, plain, latent);
+    }
+    Scope routed = scope(Component::kRoutedExperts, true);
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      const std::string ep = fmt::format("{}experts.{}.", moe, e);
+      table.add_linear(ep + "w1", c.moe_intermediate_size, expert_width, expert_format, routed);
+      table.add_linear(ep + "w3", c.moe_intermediate_size, expert_width, expert_format, routed);
+      table.add_linear(ep + "w2", expert_width, c.moe_intermediate_size, expert_format, routed);
+    }
+    if (c.num_shared_experts > 0) {
+      // Several shared experts are stored fused along the intermediate axis (models.md §6.3).
+      Scope shared = scope(Component::kSharedExperts);
+      const int64_t inter = c.moe_intermediate_size * c.num_shared_experts;
+      table.add_linear(moe + "shared_experts.gate_proj", inter, d, plain, shared);
+      table.add_linear(moe + "shared_experts.up_proj", inter, d, plain, shared);
+      table.add_linear(moe + "shared_experts.down_proj", d, inter, plain, shared);
+    }
+  }
+  return table;
+}
+
+Result<std::unique_ptr<Architecture>> parse_kimi_linear(const RecipeInput& input) {
+  DZ_ASSIGN_OR_RETURN(KimiLinearConfig config, parse_kimi_linear_config(input.text));
+  return std::unique_ptr<Architecture>(std::make_unique<KimiLinear>(
+      std::move(config), input.model_type, input.tensor_prefix, input.root.has("vision_config")));
+}
+
+}  // namespace dz::model

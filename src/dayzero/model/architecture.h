@@ -1,0 +1,45 @@
+#pragma once
+// A parsed model config, as one recipe understands it (style.md §2.2). The registry picks the
+// recipe from model_type; the recipe parses its typed config (model/arch/<recipe>.h) and answers
+// these questions from it. Nothing outside the recipe reads the config JSON.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "dayzero/formats/hf_config.h"
+#include "dayzero/model/layer_schedule.h"
+#include "dayzero/model/tensor_table.h"
+
+namespace dz::model {
+
+// What the registry hands a recipe.
+struct RecipeInput {
+  formats::ConfigObject root;  // the whole config.json
+  formats::ConfigObject text;  // the decoder's fields: root, or root.text_config when nested
+  std::string model_type;      // top-level model_type as written
+  std::string tensor_prefix;   // prepended to every tensor name ("language_model." for kimi_k3)
+};
+
+class Architecture {
+ public:
+  virtual ~Architecture() = default;
+
+  // The recipe that parsed the config ("deepseek_v32", "kimi_linear").
+  virtual std::string_view recipe_name() const = 0;
+  // The top-level model_type ("kimi_k3" for a K3 checkpoint read by the kimi_linear recipe).
+  virtual const std::string& model_type() const = 0;
+  virtual LayerSchedule schedule() const = 0;
+  // Every tensor the checkpoint must hold, and nothing else (apart from unchecked_prefixes()).
+  virtual TensorTable tensor_table() const = 0;
+  // Tensor-name prefixes whose tensors are accepted without a table (e.g. a vision tower whose
+  // names are read from the checkpoint), with the component they are counted under.
+  virtual std::vector<std::pair<std::string, Component>> unchecked_prefixes() const { return {}; }
+  virtual const formats::QuantizationConfig& quantization() const = 0;
+  // Routed experts per MoE layer and experts per token (0 and 0 for a dense model); used to
+  // count active parameters.
+  virtual int64_t num_routed_experts() const = 0;
+  virtual int64_t num_experts_per_token() const = 0;
+};
+
+}  // namespace dz::model

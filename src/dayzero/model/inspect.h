@@ -1,0 +1,52 @@
+#pragma once
+// `dayzero inspect`: check a checkpoint folder against its recipe's tensor table and count what
+// it holds. Parameters are logical: an FP8 or MXFP4 weight counts out×in parameters (MXFP4 packs
+// two per byte); its scale tensor counts bytes only, under the component "scales".
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "dayzero/core/status.h"
+#include "dayzero/model/architecture.h"
+
+namespace dz::model {
+
+struct ParamBytes {
+  int64_t num_tensors = 0;
+  int64_t num_params = 0;
+  int64_t num_bytes = 0;
+};
+
+struct ModelSummary {
+  std::string model_type;
+  std::string recipe;
+  std::string quantization;  // QuantizationConfig::describe()
+  LayerSchedule schedule;
+  // Keys are component_name() values, "mtp" for every tensor of an MTP layer, "scales" for
+  // FP8/MXFP4 scale tensors.
+  std::map<std::string, ParamBytes> by_component;
+  std::map<std::string, ParamBytes> by_dtype;  // stored dtype ("BF16", "F8_E4M3", "U8", ...)
+  int64_t num_tensors = 0;
+  int64_t total_params = 0;  // everything, MTP included
+  int64_t total_bytes = 0;
+  int64_t mtp_params = 0;
+  // Per token in the main model (MTP excluded): every non-routed parameter, plus
+  // num_experts_per_token / num_routed_experts of the routed-expert parameters.
+  int64_t active_params = 0;
+  int64_t num_routed_experts = 0;
+  int64_t num_experts_per_token = 0;
+};
+
+// What the config promises, with the published dtypes (no checkpoint needed).
+ModelSummary summarize_architecture(const Architecture& arch);
+
+// Opens DIR/config.json through the registry and the checkpoint in DIR; every expected tensor
+// must be present with the expected shape and an accepted dtype, and no other tensor may be
+// there. The first problem is returned, naming the tensor (or config field).
+Result<ModelSummary> inspect_checkpoint(const std::string& dir);
+
+std::string format_summary_text(const ModelSummary& summary);
+std::string format_summary_json(const ModelSummary& summary);  // parsed by tests/inspect_test.sh
+
+}  // namespace dz::model

@@ -1,0 +1,81 @@
+#include "dayzero/model/registry.h"
+
+#include <array>
+
+#include <fmt/ranges.h>
+
+#include "dayzero/model/arch/deepseek_v32.h"
+#include "dayzero/model/arch/kimi_linear.h"
+
+namespace dz::model {
+namespace {
+
+constexpr std::array kRecipes = {
+    RecipeEntry{.model_type = "deepseek_v32", .parse = parse_deepseek_v32},
+    RecipeEntry{.model_type = "kimi_linear", .parse = parse_kimi_linear},
+    RecipeEntry{.model_type = "kimi_k3",
+                .text_model_type = "kimi_linear",
+                .tensor_prefix = "language_model.",
+                .parse = parse_kimi_linear},
+    RecipeEntry{.model_type = "glm5_next",
+                .refusal =
+                    "GLM-5.3-Flash is recognised but not supported: its mHC hyper-connections "
+                    "and pooled-block indexer are not pinned down yet (models.md §3.7, §7.4)"},
+};
+
+}  // namespace
+
+std::span<const RecipeEntry> recipe_table() {
+  return kRecipes;
+}
+
+std::vector<std::string_view> supported_model_types() {
+  std::vector<std::string_view> out;
+  for (const auto& entry : kRecipes)
+    if (entry.parse != nullptr) out.push_back(entry.model_type);
+  return out;
+}
+
+Result<std::unique_ptr<Architecture>> parse_model_config(const formats::ConfigObject& root) {
+  DZ_ASSIGN_OR_RETURN(std::string model_type, root.required_string("model_type"));
+  const RecipeEntry* entry = nullptr;
+  for (const auto& candidate : kRecipes)
+    if (candidate.model_type == model_type) entry = &candidate;
+  if (entry == nullptr)
+    return Status(
+        StatusCode::kUnsupported,
+        root.field_error("model_type",
+                         fmt::format("unknown model_type \"{}\" (supported: {})", model_type,
+                                     fmt::join(supported_model_types(), ", ")))
+            .message());
+  if (entry->parse == nullptr)
+    return Status(StatusCode::kUnsupported,
+                  root.field_error("model_type", entry->refusal).message());
+  RecipeInput input{.root = root,
+                    .text = root,
+                    .model_type = model_type,
+                    .tensor_prefix = std::string(entry->tensor_prefix)};
+  if (!entry->text_model_type.empty()) {
+    DZ_ASSIGN_OR_RETURN(input.text, root.required_object("text_config"));
+    DZ_ASSIGN_OR_RETURN(std::string text_type, input.text.required_string("model_type"));
+    if (text_type != entry->text_model_type)
+      return input.text.field_error("model_type",
+                                    fmt::format("expected \"{}\" inside a {} config, found \"{}\"",
+                                                entry->text_model_type, model_type, text_type));
+  }
+  return entry->parse(input);
+}
+
+Result<std::unique_ptr<Architecture>> parse_model_config_text(std::string_view text,
+                                                              std::string_view file_name) {
+  DZ_ASSIGN_OR_RETURN(formats::ConfigObject root, formats::ConfigObject::parse(text, file_name));
+  return parse_model_config(root);
+}
+
+Result<std::unique_ptr<Architecture>> load_model_config(const std::string& dir) {
+  DZ_ASSIGN_OR_RETURN(formats::ConfigObject root,
+                      formats::ConfigObject::load(dir + "/config.json"));
+  return parse_model_config(root);
+}
+
+}  // namespace dz::model
