@@ -13,5 +13,7 @@ using RunCommand = std::function<int()>;
 RunCommand add_inspect_command(CLI::App& app);
 // `dayzero bench ...`: `limits` measures the machine; later issues add operator benchmarks.
 RunCommand add_bench_command(CLI::App& app);
+// `dayzero tokenize --model DIR (--text T | --ids 1,2,3 | --batch FILE.json)`.
+RunCommand add_tokenize_command(CLI::App& app);
 
 }  // namespace dz::cli
