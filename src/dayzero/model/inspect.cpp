@@ -34,6 +34,7 @@ class Counter {
     summary_.total_bytes += num_bytes;
     if (spec.is_mtp) summary_.mtp_params += params;
     if (spec.is_routed_expert && !spec.is_mtp) routed_params_ += params;
+    if (spec.component == Component::kEmbedding && !spec.is_mtp) embedding_params_ += params;
   }
 
   void finish() {
@@ -41,7 +42,7 @@ class Counter {
     int64_t active_routed = 0;
     if (summary_.num_routed_experts > 0)
       active_routed = routed_params_ / summary_.num_routed_experts * summary_.num_experts_per_token;
-    summary_.active_params = main_params - routed_params_ + active_routed;
+    summary_.active_params = main_params - embedding_params_ - routed_params_ + active_routed;
   }
 
  private:
@@ -53,6 +54,7 @@ class Counter {
 
   ModelSummary& summary_;
   int64_t routed_params_ = 0;
+  int64_t embedding_params_ = 0;
 };
 
 int64_t stored_bytes(DType dtype, const Shape& shape) {

@@ -31,8 +31,10 @@ struct ModelSummary {
   int64_t total_params = 0;  // everything, MTP included
   int64_t total_bytes = 0;
   int64_t mtp_params = 0;
-  // Per token in the main model (MTP excluded): every non-routed parameter, plus
-  // num_experts_per_token / num_routed_experts of the routed-expert parameters.
+  // Per token in the main model (MTP excluded): every parameter except the embedding table (a
+  // lookup) and the routed experts, plus num_experts_per_token / num_routed_experts of the
+  // routed-expert parameters. This is the convention of the published "active" figures
+  // (DeepSeek-V3.2 37B, Kimi-K3 104B, Kimi-Linear 3B).
   int64_t active_params = 0;
   int64_t num_routed_experts = 0;
   int64_t num_experts_per_token = 0;
