@@ -96,7 +96,7 @@ struct HfTokenizer::Parser {
                            fmt::format("id {} is not a non-negative integer", id_json.dump()));
       }
       auto id = static_cast<int32_t>(id_json.get<int64_t>());
-      if (!set_token(id, token, "model.vocab")) {
+      if (!set_token(id, token)) {
         return field_error(StatusCode::kInvalidArgument, fmt::format("model.vocab[\"{}\"]", token),
                            fmt::format("id {} is also used by \"{}\"", id, *tok.id_to_token_[id]));
       }
@@ -283,7 +283,7 @@ struct HfTokenizer::Parser {
       DZ_ASSIGN_OR_RETURN(spec.lstrip, get_bool(entry, "lstrip", false, path));
       DZ_ASSIGN_OR_RETURN(spec.rstrip, get_bool(entry, "rstrip", false, path));
       // An added token may repeat its vocab entry (DeepSeek's BOS); it then wins for its id.
-      set_token(spec.id, spec.content, "added_tokens", /*overwrite=*/true);
+      set_token(spec.id, spec.content, /*overwrite=*/true);
       tok.id_to_bytes_[spec.id] = spec.content;
       tok.token_to_id_[spec.content] = spec.id;
       if (spec.special) tok.special_tokens_.push_back({spec.id, spec.content});
@@ -294,7 +294,7 @@ struct HfTokenizer::Parser {
   }
 
   // Records `token` as the string of `id`; false if a different token already holds the id.
-  bool set_token(int32_t id, const std::string& token, std::string_view, bool overwrite = false) {
+  bool set_token(int32_t id, const std::string& token, bool overwrite = false) {
     if (static_cast<size_t>(id) >= tok.id_to_token_.size()) {
       tok.id_to_token_.resize(id + 1);
       tok.id_to_bytes_.resize(id + 1);

@@ -57,6 +57,14 @@ TEST(Regex, KimiPatternSplitsHanFromPunctuationAndKana) {
             (std::vector<std::string>{"a", "  ", " b", "\n\n", " ", " c"}));
 }
 
+TEST(Regex, Llama3PatternSplitsLikeTiktoken) {
+  Result<Regex> regex = Regex::compile(
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)");
+  ASSERT_TRUE(regex.ok()) << regex.status().to_string();
+  EXPECT_EQ(pieces(*regex, "I'M 1234!!\n\n x"),
+            (std::vector<std::string>{"I", "'M", " ", "123", "4", "!!\n\n", " x"}));
+}
+
 TEST(Regex, LongWhitespaceRunsFitTheJitStack) {
   Result<Regex> regex = Regex::compile(kKimiPattern);
   ASSERT_TRUE(regex.ok());
