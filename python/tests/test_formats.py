@@ -14,6 +14,7 @@ import math
 import os
 import struct
 import subprocess
+import sys
 import tempfile
 import unittest
 from fractions import Fraction
@@ -293,8 +294,14 @@ def formula_exponent(amax, elem, rule):
 
 
 class QuantizerTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        # Fresh inputs every run; the seed is printed so that DZ_TEST_SEED=<seed> replays a failure.
+        cls.seed = int(os.environ.get("DZ_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
+        print(f"\nQuantizerTest seed {cls.seed}", file=sys.stderr)
+
     def setUp(self):
-        self.gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+        self.gen = torch.Generator().manual_seed(self.seed)
 
     def randn(self, *shape, std=1.0):
         return torch.randn(*shape, generator=self.gen) * std
@@ -302,7 +309,7 @@ class QuantizerTest(unittest.TestCase):
     def test_mx_rules_at_every_power_of_two_and_boundary(self):
         points = [0.0]
         for j in range(-149, 128):
-            for mult in (1.0, 1.5, 1.75, 448 / 256, 57344 / 32768):
+            for mult in (1.0, 1.5, 1.75):  # 6, 448, 57344 are 1.5 * 2^2, 1.75 * 2^8, 1.75 * 2^15
                 v = math.ldexp(mult, j)
                 if v > 3.4028234663852886e38 or float(np.float32(v)) != v:
                     continue

@@ -88,7 +88,9 @@ TEST(ActQuant, Ue8m0ScaleIsCeilLog2OfAmaxOver448AtEveryPowerOfTwoBoundary) {
 }
 
 TEST(ActQuant, RandomGroupsMatchTheDefinitionBitForBit) {
-  std::mt19937 rng(std::random_device{}());
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_int_distribution<int> magnitude(-20, 20);
   constexpr int kNumGroups = 12;

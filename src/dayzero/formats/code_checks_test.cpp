@@ -9,7 +9,9 @@ namespace dz::formats {
 namespace {
 
 TEST(CodeChecks, RefusesE8m0NanScaleNamingTheFirstIndex) {
-  std::mt19937 rng(std::random_device{}());
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
   std::uniform_int_distribution<int> code(0, 254);
   std::vector<uint8_t> scales(2 * 3 * 4);
   for (auto& s : scales) s = static_cast<uint8_t>(code(rng));

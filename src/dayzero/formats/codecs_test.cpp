@@ -270,7 +270,9 @@ TEST(Codecs, EveryEncoderMatchesTheOracleOnAllBf16Inputs) {
 }
 
 TEST(Codecs, EveryEncoderMatchesTheOracleOnRandomFp32Inputs) {
-  std::mt19937 rng(std::random_device{}());
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
   std::uniform_int_distribution<uint32_t> any_bits;
   // Half the draws are fully random bit patterns, half lie in the range where the formats live
   // (|x| in [2^-30, 2^17)), where the rounding work is.
@@ -363,7 +365,7 @@ TEST(Codecs, Bf16KeepsFp32SubnormalsThatVcvtneps2bf16Flushes) {
   // normal.
   for (int k = -149; k <= -126; ++k) {
     const float x = std::ldexp(1.0f, k);
-    const uint16_t expected = k < -133 ? 0 : static_cast<uint16_t>(1u << (k + 133));
+    const auto expected = static_cast<uint16_t>(k < -133 ? 0u : 1u << (k + 133));
     EXPECT_EQ(encode_bf16(x), expected) << k;
     EXPECT_EQ(encode_bf16(-x), expected | 0x8000) << k;
   }

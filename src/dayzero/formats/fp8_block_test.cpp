@@ -19,7 +19,9 @@ struct Case {
 };
 
 TEST(Fp8Block, DequantizesPartialEdgeTilesWithTheirOwnScale) {
-  std::mt19937 rng(std::random_device{}());
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_int_distribution<int> exponent(-20, 5);
   std::uniform_real_distribution<float> mantissa(1.0f, 2.0f);

@@ -50,11 +50,12 @@ int formula_exponent(double amax, MxElem elem, MxScaleRule rule) {
 }
 
 // Amax values at and one ulp either side of every power of two and of every rule boundary
-// (max_elem · 2^j for RCEIL, 1.75 · 2^j for EVEN, 1.5 · 2^j), over the whole FP32 range.
+// (max_elem · 2^j for RCEIL: 6, 448 and 57344 are 1.5 · 2^2, 1.75 · 2^8 and 1.75 · 2^15; 1.75 · 2^j
+// for EVEN), over the whole FP32 range.
 std::vector<float> boundary_amaxes() {
   std::vector<float> points;
   for (int j = -149; j <= 127; ++j) {
-    for (double mult : {1.0, 1.5, 1.75, 6.0 / 4.0 * 0.5, 448.0 / 256.0, 57344.0 / 32768.0}) {
+    for (double mult : {1.0, 1.5, 1.75}) {
       const double v = std::ldexp(mult, j);
       if (v > 3.4028234663852886e38 || v < std::ldexp(1.0, -149)) continue;
       const auto f = static_cast<float>(v);
@@ -147,7 +148,9 @@ TEST(MxBlock, EveryScaleTimesEveryElementDecodesExactly) {
 }
 
 TEST(MxBlock, RandomBlocksRoundEachElementToTheNearestCode) {
-  std::mt19937 rng(std::random_device{}());
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_int_distribution<int> magnitude(-40, 40);
   constexpr int kNumBlocks = 24;

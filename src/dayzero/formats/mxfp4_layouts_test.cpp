@@ -25,7 +25,9 @@ float spec_element(const std::vector<uint8_t>& packed, const std::vector<uint8_t
 }
 
 TEST(Mxfp4Layouts, CompressedTensorsPackedMatchesTheSpecIndexing) {
-  std::mt19937 rng(std::random_device{}());
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_int_distribution<int> scale_code(0, 254);  // includes 0 = 2^-127
   const int64_t num_rows = 5, num_cols = 96;
@@ -43,7 +45,9 @@ TEST(Mxfp4Layouts, CompressedTensorsPackedMatchesTheSpecIndexing) {
 }
 
 TEST(Mxfp4Layouts, GptOssBlocksMatchTheSpecIndexing) {
-  std::mt19937 rng(std::random_device{}());
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_int_distribution<int> scale_code(100, 140);
   const int64_t num_experts = 3, num_rows = 4, num_cols = 64;
@@ -69,7 +73,9 @@ TEST(Mxfp4Layouts, GptOssBlocksMatchTheSpecIndexing) {
 }
 
 TEST(Mxfp4Layouts, QuantizePackDequantizeRoundTrip) {
-  std::mt19937 rng(std::random_device{}());
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   const int64_t num_rows = 6, num_cols = 128;
   std::vector<float> w(num_rows * num_cols);

@@ -12,7 +12,9 @@ namespace dz::kernels {
 namespace {
 
 TEST(Hadamard, MatchesTheDenseSylvesterMatrix) {
-  std::mt19937 rng(std::random_device{}());
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int64_t n : {1, 2, 4, 8, 32, 128, 256}) {
     const int64_t num_rows = 3;
@@ -39,7 +41,9 @@ TEST(Hadamard, MatchesTheDenseSylvesterMatrix) {
 }
 
 TEST(Hadamard, IsItsOwnInverse) {
-  std::mt19937 rng(std::random_device{}());
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const int64_t n = 128;
   std::vector<float> x(4 * n);
