@@ -116,10 +116,11 @@ Result<ModelSummary> inspect_checkpoint(const std::string& dir) {
   // formats.md §3.4: a module the ignore list names must be plain, so none may be MXFP4.
   for (const std::string& module : table.mxfp4_modules())
     if (quant.ignores(module))
-      return error(StatusCode::kInvalidArgument,
-                   fmt::format("config.json: field \"quantization_config.ignore\" names module "
-                               "\"{}\", but the {} recipe stores it as MXFP4",
-                               module, arch->recipe_name()));
+      return error(
+          StatusCode::kInvalidArgument,
+          fmt::format("config.json: the quantization_config ignore list names module \"{}\", "
+                      "which the {} recipe stores as MXFP4",
+                      module, arch->recipe_name()));
 
   ModelSummary summary = start_summary(*arch);
   Counter counter(summary);
