@@ -174,10 +174,12 @@ struct KeyWatcher {
         break;
       case Json::parse_event_t::key: {
         const auto& key = parsed.get_ref<const std::string&>();
-        bool at_root = frames.size() == 1;
+        // Only an object root has tensor names; any other root is refused before duplicates.
+        bool object_root = frames.front().is_object;
+        bool at_root = object_root && frames.size() == 1;
         if (at_root) root_keys.push_back(key);
         if (!frames.back().keys.insert(key).second && !duplicate)
-          duplicate.emplace(at_root ? std::string() : root_keys.back(), key);
+          duplicate.emplace(at_root || !object_root ? std::string() : root_keys.back(), key);
         break;
       }
       case Json::parse_event_t::value:

@@ -273,6 +273,9 @@ TEST(SafetensorsFile, RefusesAHeaderThatIsNotAnObject) {
   expect_error(" \"text\" ", "", StatusCode::kCorrupt,
                "header is a string, expected a JSON object");
   expect_error("12", "", StatusCode::kCorrupt, "header is a number, expected a JSON object");
+  // Found by the fuzzer: a duplicate key below a non-object root.
+  expect_error(R"([{"a":1,"a":2}])", "", StatusCode::kCorrupt,
+               "header is an array, expected a JSON object");
 }
 
 TEST(SafetensorsFile, RefusesDuplicateKeys) {
