@@ -208,6 +208,11 @@ Status parse_json(std::string_view file, std::span<const std::byte> header_bytes
     return file_error(StatusCode::kCorrupt, file,
                       "header is not valid UTF-8 (byte 0x{:02X} at header offset {})", text[*bad],
                       *bad);
+  // nlohmann::json skips a leading byte order mark; JSON (RFC 8259 §8.1) and the reference reader
+  // do not.
+  if (text.size() >= 3 && text[0] == 0xEF && text[1] == 0xBB && text[2] == 0xBF)
+    return file_error(StatusCode::kCorrupt, file,
+                      "header is not valid JSON: it starts with a byte order mark (EF BB BF)");
   KeyWatcher watcher;
   try {
     const auto* begin = reinterpret_cast<const char*>(header_bytes.data());
@@ -231,9 +236,9 @@ Status parse_json(std::string_view file, std::span<const std::byte> header_bytes
     const auto& [tensor, key] = *watcher.duplicate;
     if (tensor.empty())
       return file_error(StatusCode::kCorrupt, file, "header lists key \"{}\" twice", key);
-    return file_error(StatusCode::kCorrupt, file, "{}{}{}: duplicate key \"{}\"",
-                      tensor == "__metadata__" ? "" : "tensor \"", tensor,
-                      tensor == "__metadata__" ? "" : "\"", key);
+    if (tensor == "__metadata__")
+      return file_error(StatusCode::kCorrupt, file, "__metadata__: duplicate key \"{}\"", key);
+    return tensor_error(StatusCode::kCorrupt, file, tensor, "duplicate key \"{}\"", key);
   }
   root_keys = std::move(watcher.root_keys);
   if (auto it = root.find("__metadata__"); it != root.end()) {

@@ -268,6 +268,11 @@ TEST(SafetensorsFile, RefusesBadJson) {
       "while parsing value - unexpected '}'; expected '[', '{', or a literal");
 }
 
+TEST(SafetensorsFile, RefusesAByteOrderMark) {
+  expect_error("\xef\xbb\xbf{}", "", StatusCode::kCorrupt,
+               "header is not valid JSON: it starts with a byte order mark (EF BB BF)");
+}
+
 TEST(SafetensorsFile, RefusesAHeaderThatIsNotAnObject) {
   expect_error("[1, 2]", "", StatusCode::kCorrupt, "header is an array, expected a JSON object");
   expect_error(" \"text\" ", "", StatusCode::kCorrupt,
