@@ -15,6 +15,9 @@ using nlohmann::json;
 namespace {
 
 constexpr size_t kMaxShownChars = 60;
+// Larger than any dimension, count or length in a real config (max_position_embeddings 1048576),
+// small enough that products of three never overflow int64.
+constexpr int64_t kMaxConfigInt = int64_t{1} << 24;
 
 // The value as JSON, shortened for messages; invalid UTF-8 is replaced instead of throwing.
 std::string render(const json& value) {
@@ -114,6 +117,8 @@ Result<int64_t> ConfigObject::required_positive_int(std::string_view key) const 
   DZ_ASSIGN_OR_RETURN(const json* value, get(key));
   auto v = as_int(*value);
   if (!v || *v <= 0) return type_error(key, "a positive integer");
+  if (*v > kMaxConfigInt)
+    return field_error(key, fmt::format("{} exceeds the limit {}", *v, kMaxConfigInt));
   return *v;
 }
 
@@ -121,6 +126,8 @@ Result<int64_t> ConfigObject::required_non_negative_int(std::string_view key) co
   DZ_ASSIGN_OR_RETURN(const json* value, get(key));
   auto v = as_int(*value);
   if (!v || *v < 0) return type_error(key, "a non-negative integer");
+  if (*v > kMaxConfigInt)
+    return field_error(key, fmt::format("{} exceeds the limit {}", *v, kMaxConfigInt));
   return *v;
 }
 
@@ -183,7 +190,7 @@ Result<std::vector<int64_t>> ConfigObject::required_positive_int_list(std::strin
   out.reserve(value->size());
   for (size_t i = 0; i < value->size(); ++i) {
     auto v = as_int((*value)[i]);
-    if (!v || *v <= 0)
+    if (!v || *v <= 0 || *v > kMaxConfigInt)
       return field_error(fmt::format("{}[{}]", key, i),
                          fmt::format("expected a positive integer, found {}", render((*value)[i])));
     out.push_back(*v);

@@ -37,6 +37,7 @@ class ConfigObject {
   bool has(std::string_view key) const;
 
   Result<int64_t> required_int(std::string_view key) const;
+  // Integers are refused above 2^24 (no real config comes near; products cannot overflow).
   Result<int64_t> required_positive_int(std::string_view key) const;
   Result<int64_t> required_non_negative_int(std::string_view key) const;
   // Absent or null gives nullopt; present values must be positive integers.

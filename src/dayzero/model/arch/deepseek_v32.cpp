@@ -8,7 +8,19 @@ namespace {
 #define READ(method, field, ...) \
   DZ_READ_CONFIG_FIELD(obj, c, method, field __VA_OPT__(, ) __VA_ARGS__)
 
+// Far above any published model; keeps tensor tables of hostile configs bounded.
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxExperts = 65536;
+
 Status check_contradictions(const formats::ConfigObject& obj, const DeepseekV32Config& c) {
+  if (c.num_hidden_layers + c.num_nextn_predict_layers > kMaxLayers)
+    return obj.field_error(
+        "num_hidden_layers",
+        fmt::format("{} layers (+{} MTP) exceed the limit {}", c.num_hidden_layers,
+                    c.num_nextn_predict_layers, kMaxLayers));
+  if (c.n_routed_experts > kMaxExperts)
+    return obj.field_error("n_routed_experts",
+                           fmt::format("{} exceeds the limit {}", c.n_routed_experts, kMaxExperts));
   if (c.first_k_dense_replace >= c.num_hidden_layers)
     return obj.field_error("first_k_dense_replace",
                            fmt::format("{} leaves no MoE layer (num_hidden_layers {})",

@@ -7,6 +7,10 @@
 namespace dz::model {
 namespace {
 
+// Far above any published model; keeps schedules and tensor tables of hostile configs bounded.
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxExperts = 65536;
+
 #define READ(method, field, ...) \
   DZ_READ_CONFIG_FIELD(obj, c, method, field __VA_OPT__(, ) __VA_ARGS__)
 
@@ -65,6 +69,9 @@ Result<KimiLinearAttnConfig> parse_linear_attn_config(const formats::ConfigObjec
 }
 
 Status check_contradictions(const formats::ConfigObject& obj, const KimiLinearConfig& c) {
+  if (c.num_experts > kMaxExperts)
+    return obj.field_error("num_experts",
+                           fmt::format("{} exceeds the limit {}", c.num_experts, kMaxExperts));
   if (!c.mla_use_nope)
     return obj.field_error("mla_use_nope", "must be true: Kimi MLA with RoPE is not supported");
   if (c.first_k_dense_replace >= c.num_hidden_layers)
@@ -148,6 +155,9 @@ Result<KimiLinearConfig> parse_kimi_linear_config(const formats::ConfigObject& o
   READ(required_positive_int, hidden_size);
   READ(required_positive_int, intermediate_size);
   READ(required_positive_int, num_hidden_layers);
+  if (c.num_hidden_layers > kMaxLayers)
+    return obj.field_error("num_hidden_layers",
+                           fmt::format("{} exceeds the limit {}", c.num_hidden_layers, kMaxLayers));
   READ(required_positive_int, num_attention_heads);
   READ(optional_positive_int, q_lora_rank);
   READ(required_positive_int, kv_lora_rank);
