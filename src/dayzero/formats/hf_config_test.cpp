@@ -74,6 +74,14 @@ TEST(HfConfig, IntegerOutOfRangeIsRefused) {
             "config.json: field \"a\": expected an integer, found 18446744073709551615");
 }
 
+TEST(HfConfig, HugeIntegersAreRefusedBeforeTheyReachShapes) {
+  ConfigObject obj = parse_ok(R"({"a": 16777217, "l": [1, 16777217]})");
+  EXPECT_EQ(obj.required_positive_int("a").status().message(),
+            "config.json: field \"a\": 16777217 exceeds the limit 16777216");
+  EXPECT_EQ(obj.required_positive_int_list("l").status().message(),
+            "config.json: field \"l[1]\": expected a positive integer, found 16777217");
+}
+
 TEST(HfConfig, ParsesYarnRopeScaling) {
   ConfigObject obj = parse_ok(R"({"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
                                   "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
