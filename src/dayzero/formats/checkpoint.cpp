@@ -9,28 +9,13 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "dayzero/formats/json_text.h"
+
 namespace dz::formats {
 namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
-
-std::string_view json_kind(const Json& value) {
-  switch (value.type()) {
-    case Json::value_t::object:
-      return "an object";
-    case Json::value_t::array:
-      return "an array";
-    case Json::value_t::string:
-      return "a string";
-    case Json::value_t::boolean:
-      return "a boolean";
-    case Json::value_t::null:
-      return "null";
-    default:
-      return "a number";
-  }
-}
 
 // A shard must sit in the checkpoint folder itself: an index must not reach outside it.
 bool is_plain_file_name(std::string_view name) {
@@ -61,7 +46,7 @@ void compare_total_size(const std::string& index_path, const Json& index, uint64
   if (total == metadata->end()) return;
   if (!total->is_number_unsigned()) {
     spdlog::warn("{}: metadata.total_size is {}, expected a byte count", index_path,
-                 total->is_structured() ? std::string(json_kind(*total)) : total->dump());
+                 json_scalar_or_kind(*total));
     return;
   }
   if (total->get<uint64_t>() != sum_bytes)
@@ -108,9 +93,9 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
   std::set<std::string> shard_names;
   for (const auto& [tensor, shard] : weight_map->items()) {
     if (!shard.is_string())
-      return make_error(
-          StatusCode::kCorrupt, "{}: weight_map[\"{}\"] is {}, expected a shard file name",
-          index_path, tensor, shard.is_structured() ? std::string(json_kind(shard)) : shard.dump());
+      return make_error(StatusCode::kCorrupt,
+                        "{}: weight_map[\"{}\"] is {}, expected a shard file name", index_path,
+                        tensor, json_scalar_or_kind(shard));
     const auto& name = shard.get_ref<const std::string&>();
     if (!is_plain_file_name(name))
       return make_error(StatusCode::kCorrupt,

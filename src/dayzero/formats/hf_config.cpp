@@ -8,23 +8,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dayzero/formats/json_text.h"
+
 namespace dz::formats {
 
 using nlohmann::json;
 
 namespace {
 
-constexpr size_t kMaxShownChars = 60;
 // Larger than any dimension, count or length in a real config (max_position_embeddings 1048576),
 // small enough that products of three never overflow int64.
 constexpr int64_t kMaxConfigInt = int64_t{1} << 24;
-
-// The value as JSON, shortened for messages; invalid UTF-8 is replaced instead of throwing.
-std::string render(const json& value) {
-  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (text.size() > kMaxShownChars) text = text.substr(0, kMaxShownChars) + "...";
-  return text;
-}
 
 std::optional<int64_t> as_int(const json& value) {
   if (value.is_number_unsigned()) {
@@ -60,7 +54,8 @@ Result<ConfigObject> ConfigObject::parse(std::string_view text, std::string_view
   }
   if (!root->is_object())
     return make_error(StatusCode::kInvalidArgument,
-                      "{}: expected a JSON object at the top, found {}", file_name, render(*root));
+                      "{}: expected a JSON object at the top, found {}", file_name,
+                      json_excerpt(*root));
   const json* node = root.get();
   return ConfigObject(std::move(root), node, std::move(name), "");
 }
@@ -97,7 +92,7 @@ Status ConfigObject::field_error(std::string_view key, std::string_view message)
 Status ConfigObject::type_error(std::string_view key, std::string_view expected) const {
   const json* value = find(key);
   return field_error(key, fmt::format("expected {}, found {}", expected,
-                                      value ? render(*value) : std::string("null")));
+                                      value ? json_excerpt(*value) : std::string("null")));
 }
 
 Result<const json*> ConfigObject::get(std::string_view key) const {
@@ -191,8 +186,9 @@ Result<std::vector<int64_t>> ConfigObject::required_positive_int_list(std::strin
   for (size_t i = 0; i < value->size(); ++i) {
     auto v = as_int((*value)[i]);
     if (!v || *v <= 0 || *v > kMaxConfigInt)
-      return field_error(fmt::format("{}[{}]", key, i),
-                         fmt::format("expected a positive integer, found {}", render((*value)[i])));
+      return field_error(
+          fmt::format("{}[{}]", key, i),
+          fmt::format("expected a positive integer, found {}", json_excerpt((*value)[i])));
     out.push_back(*v);
   }
   return out;
@@ -206,7 +202,7 @@ Result<std::vector<std::string>> ConfigObject::optional_string_list(std::string_
   for (size_t i = 0; i < value->size(); ++i) {
     if (!(*value)[i].is_string())
       return field_error(fmt::format("{}[{}]", key, i),
-                         fmt::format("expected a string, found {}", render((*value)[i])));
+                         fmt::format("expected a string, found {}", json_excerpt((*value)[i])));
     out.push_back((*value)[i].get<std::string>());
   }
   return out;

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dayzero/formats/json_text.h"
+
 namespace dz::formats {
 namespace {
 
@@ -89,29 +91,6 @@ Status tensor_error(StatusCode code, std::string_view file, std::string_view ten
 
 std::string format_dims(const std::vector<uint64_t>& dims) {
   return fmt::format("[{}]", fmt::join(dims, ", "));
-}
-
-std::string_view json_kind(const Json& value) {
-  switch (value.type()) {
-    case Json::value_t::object:
-      return "an object";
-    case Json::value_t::array:
-      return "an array";
-    case Json::value_t::string:
-      return "a string";
-    case Json::value_t::boolean:
-      return "a boolean";
-    case Json::value_t::null:
-      return "null";
-    default:
-      return "a number";
-  }
-}
-
-// Scalars print as JSON; containers by kind only, so messages stay short.
-std::string describe(const Json& value) {
-  if (value.is_object() || value.is_array()) return std::string(json_kind(value));
-  return value.dump();
 }
 
 // Offset of the first byte that is not part of well-formed UTF-8 (no overlongs, no surrogates, at
@@ -248,7 +227,8 @@ Status parse_json(std::string_view file, std::span<const std::byte> header_bytes
     for (const auto& [key, value] : it->items()) {
       if (!value.is_string())
         return file_error(StatusCode::kCorrupt, file,
-                          "__metadata__: \"{}\" is {}, expected a string", key, describe(value));
+                          "__metadata__: \"{}\" is {}, expected a string", key,
+                          json_scalar_or_kind(value));
       metadata.emplace(key, value.get<std::string>());
     }
   }
@@ -261,7 +241,7 @@ Result<Entry> parse_entry(std::string_view file, const std::string& name, const 
   if (!value.is_object())
     return tensor_error(StatusCode::kCorrupt, file, name,
                         "entry is {}, expected an object with dtype, shape, data_offsets",
-                        describe(value));
+                        json_scalar_or_kind(value));
   for (auto field : kFields)
     if (!value.contains(field))
       return tensor_error(StatusCode::kCorrupt, file, name,
@@ -277,7 +257,7 @@ Result<Entry> parse_entry(std::string_view file, const std::string& name, const 
   const Json& dtype = value["dtype"];
   if (!dtype.is_string())
     return tensor_error(StatusCode::kCorrupt, file, name, "dtype is {}, expected a string",
-                        describe(dtype));
+                        json_scalar_or_kind(dtype));
   entry.spec = find_dtype_spec(dtype.get_ref<const std::string&>());
   if (entry.spec == nullptr)
     return tensor_error(StatusCode::kCorrupt, file, name,
@@ -287,26 +267,27 @@ Result<Entry> parse_entry(std::string_view file, const std::string& name, const 
   const Json& shape = value["shape"];
   if (!shape.is_array())
     return tensor_error(StatusCode::kCorrupt, file, name,
-                        "shape is {}, expected an array of non-negative integers", describe(shape));
+                        "shape is {}, expected an array of non-negative integers",
+                        json_scalar_or_kind(shape));
   for (size_t axis = 0; axis < shape.size(); ++axis) {
     auto dim = as_count(shape[axis]);
     if (!dim)
       return tensor_error(StatusCode::kCorrupt, file, name,
                           "shape[{}] is {}, expected a non-negative integer", axis,
-                          describe(shape[axis]));
+                          json_scalar_or_kind(shape[axis]));
     entry.dims.push_back(*dim);
   }
 
   const Json& offsets = value["data_offsets"];
   if (!offsets.is_array() || offsets.size() != 2)
     return tensor_error(StatusCode::kCorrupt, file, name,
-                        "data_offsets is {}{}, expected [BEGIN, END]", describe(offsets),
+                        "data_offsets is {}{}, expected [BEGIN, END]", json_scalar_or_kind(offsets),
                         offsets.is_array() ? fmt::format(" of {} entries", offsets.size()) : "");
   for (size_t i = 0; i < 2; ++i)
     if (!as_count(offsets[i]))
       return tensor_error(StatusCode::kCorrupt, file, name,
                           "data_offsets[{}] is {}, expected a non-negative integer", i,
-                          describe(offsets[i]));
+                          json_scalar_or_kind(offsets[i]));
   entry.begin_bytes = *as_count(offsets[0]);
   entry.end_bytes = *as_count(offsets[1]);
   return entry;
