@@ -90,6 +90,14 @@ void TensorTable::add_float(std::string name, Shape shape, DType published, cons
                   .is_routed_expert = scope.is_routed_expert});
 }
 
+void TensorTable::add_gated_mlp(const std::string& prefix, const GatedMlpNames& names,
+                                int64_t intermediate, int64_t hidden, WeightFormat format,
+                                const Scope& scope) {
+  add_linear(prefix + std::string(names.gate), intermediate, hidden, format, scope);
+  add_linear(prefix + std::string(names.up), intermediate, hidden, format, scope);
+  add_linear(prefix + std::string(names.down), hidden, intermediate, format, scope);
+}
+
 void TensorTable::add_linear(const std::string& module, int64_t out, int64_t in,
                              WeightFormat format, const Scope& scope) {
   TensorSpec base{.component = scope.component,

@@ -85,6 +85,16 @@ class TensorTable {
   void add_linear(const std::string& module, int64_t out, int64_t in, WeightFormat format,
                   const Scope& scope);
 
+  // The three linears of a gated MLP under `prefix` ("...mlp."): gate and up [intermediate,
+  // hidden], down [hidden, intermediate], named as the checkpoint names them.
+  struct GatedMlpNames {
+    std::string_view gate, up, down;
+  };
+  static constexpr GatedMlpNames kProjNames{"gate_proj", "up_proj", "down_proj"};
+  static constexpr GatedMlpNames kW1W3W2Names{"w1", "w3", "w2"};  // w1 gate, w3 up, w2 down
+  void add_gated_mlp(const std::string& prefix, const GatedMlpNames& names, int64_t intermediate,
+                     int64_t hidden, WeightFormat format, const Scope& scope);
+
   const std::vector<TensorSpec>& specs() const { return specs_; }
   const TensorSpec* find(std::string_view name) const;
   // Module names of the linears stored as MXFP4 (for the ignore-list check).

@@ -208,9 +208,7 @@ TensorTable deepseek_v32_tensors(const DeepseekV32Config& c, const std::string& 
 
     if (layer.ffn == FfnKind::kDenseMlp) {
       Scope mlp = scope(Component::kDenseMlp);
-      table.add_linear(p + "mlp.gate_proj", c.intermediate_size, d, linear, mlp);
-      table.add_linear(p + "mlp.up_proj", c.intermediate_size, d, linear, mlp);
-      table.add_linear(p + "mlp.down_proj", d, c.intermediate_size, linear, mlp);
+      table.add_gated_mlp(p + "mlp.", TensorTable::kProjNames, c.intermediate_size, d, linear, mlp);
     } else {
       Scope router = scope(Component::kRouter);
       table.add_linear(p + "mlp.gate", c.n_routed_experts, d, WeightFormat::kPlain, router);
@@ -218,17 +216,14 @@ TensorTable deepseek_v32_tensors(const DeepseekV32Config& c, const std::string& 
                       router);
       Scope routed = scope(Component::kRoutedExperts, true);
       for (int64_t e = 0; e < c.n_routed_experts; ++e) {
-        const std::string ep = fmt::format("{}mlp.experts.{}.", p, e);
-        table.add_linear(ep + "gate_proj", c.moe_intermediate_size, d, linear, routed);
-        table.add_linear(ep + "up_proj", c.moe_intermediate_size, d, linear, routed);
-        table.add_linear(ep + "down_proj", d, c.moe_intermediate_size, linear, routed);
+        table.add_gated_mlp(fmt::format("{}mlp.experts.{}.", p, e), TensorTable::kProjNames,
+                            c.moe_intermediate_size, d, linear, routed);
       }
       if (c.n_shared_experts > 0) {
         Scope shared = scope(Component::kSharedExperts);
         const int64_t inter = c.moe_intermediate_size * c.n_shared_experts;
-        table.add_linear(p + "mlp.shared_experts.gate_proj", inter, d, linear, shared);
-        table.add_linear(p + "mlp.shared_experts.up_proj", inter, d, linear, shared);
-        table.add_linear(p + "mlp.shared_experts.down_proj", d, inter, linear, shared);
+        table.add_gated_mlp(p + "mlp.shared_experts.", TensorTable::kProjNames, inter, d, linear,
+                            shared);
       }
     }
 

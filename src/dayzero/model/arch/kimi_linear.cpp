@@ -322,9 +322,7 @@ TensorTable kimi_linear_tensors(const KimiLinearConfig& c, const std::string& pr
 
     if (layer.ffn == FfnKind::kDenseMlp) {
       Scope mlp = scope(Component::kDenseMlp);
-      table.add_linear(p + "mlp.gate_proj", c.intermediate_size, d, plain, mlp);
-      table.add_linear(p + "mlp.up_proj", c.intermediate_size, d, plain, mlp);
-      table.add_linear(p + "mlp.down_proj", d, c.intermediate_size, plain, mlp);
+      table.add_gated_mlp(p + "mlp.", TensorTable::kProjNames, c.intermediate_size, d, plain, mlp);
       continue;
     }
     const std::string moe = p + "block_sparse_moe.";
@@ -343,18 +341,15 @@ TensorTable kimi_linear_tensors(const KimiLinearConfig& c, const std::string& pr
     }
     Scope routed = scope(Component::kRoutedExperts, true);
     for (int64_t e = 0; e < c.num_experts; ++e) {
-      const std::string ep = fmt::format("{}experts.{}.", moe, e);
-      table.add_linear(ep + "w1", c.moe_intermediate_size, expert_width, expert_format, routed);
-      table.add_linear(ep + "w3", c.moe_intermediate_size, expert_width, expert_format, routed);
-      table.add_linear(ep + "w2", expert_width, c.moe_intermediate_size, expert_format, routed);
+      table.add_gated_mlp(fmt::format("{}experts.{}.", moe, e), TensorTable::kW1W3W2Names,
+                          c.moe_intermediate_size, expert_width, expert_format, routed);
     }
     if (c.num_shared_experts > 0) {
       // Several shared experts are stored fused along the intermediate axis (models.md §6.3).
       Scope shared = scope(Component::kSharedExperts);
       const int64_t inter = c.moe_intermediate_size * c.num_shared_experts;
-      table.add_linear(moe + "shared_experts.gate_proj", inter, d, plain, shared);
-      table.add_linear(moe + "shared_experts.up_proj", inter, d, plain, shared);
-      table.add_linear(moe + "shared_experts.down_proj", d, inter, plain, shared);
+      table.add_gated_mlp(moe + "shared_experts.", TensorTable::kProjNames, inter, d, plain,
+                          shared);
     }
   }
   return table;
