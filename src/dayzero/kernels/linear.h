@@ -1,0 +1,49 @@
+#pragma once
+// A linear layer y = x · Wᵀ with W stored [out, in] (models.md §0), repacked once at load into the
+// layout its kernels want. Plain float weights run as BF16 GEMMs through oneDNN (activations are
+// BF16-valued, models.md §0); FP8 128×128 block-scaled weights (formats.md §3.3) are dequantized
+// per tile into a reused workspace for many-token GEMMs and read by a fused GEMV for few tokens.
+// Accumulation is FP32 everywhere.
+
+#include <cstdint>
+#include <memory>
+
+#include "dayzero/core/parallel.h"
+#include "dayzero/core/status.h"
+#include "dayzero/core/tensor_view.h"
+
+namespace dz::kernels {
+
+class LinearWeight {
+ public:
+  // weight: BF16, F16 or F32 [out, in].
+  static Result<LinearWeight> from_float(const TensorView& weight);
+  // codes: F8_E4M3 [out, in]; scale_inv: F32 [ceil(out/block_rows), ceil(in/block_cols)], a
+  // multiplier despite its name. Refuses NaN codes, naming the first offending index.
+  static Result<LinearWeight> from_fp8_block(const TensorView& codes, const TensorView& scale_inv,
+                                             int64_t block_rows, int64_t block_cols);
+  // From FP32 values [out, in] (tests, absorbed-weight products): stored as BF16 (rounded, RNE).
+  static LinearWeight from_f32_as_bf16(const float* weight, int64_t out_features,
+                                       int64_t in_features);
+
+  LinearWeight();
+  ~LinearWeight();
+  LinearWeight(LinearWeight&&) noexcept;
+  LinearWeight& operator=(LinearWeight&&) noexcept;
+
+  int64_t out_features() const;
+  int64_t in_features() const;
+  bool is_fp8_block() const;
+
+  // y [num_tokens, out] = x [num_tokens, in] · Wᵀ. x holds BF16-valued floats; y is FP32 (not
+  // rounded: the caller rounds where the model stores BF16).
+  void forward(const ExecContext& ctx, const float* x, int64_t num_tokens, float* y) const;
+  // The weight as FP32 [out, in], exactly as forward() uses it (for absorption and tests).
+  void dequantize(float* out) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dz::kernels

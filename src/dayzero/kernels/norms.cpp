@@ -1,0 +1,46 @@
+#include "dayzero/kernels/norms.h"
+
+#include <cmath>
+
+#include "dayzero/formats/codecs.h"
+
+namespace dz::kernels {
+
+void rms_norm(const ExecContext& ctx, const float* x, int64_t x_stride, const float* weight,
+              float* y, int64_t y_stride, int64_t num_rows, int64_t dim, float eps) {
+  parallel_for(ctx, num_rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* in = x + r * x_stride;
+      float* out = y + r * y_stride;
+      float sum_squares = 0;
+      for (int64_t i = 0; i < dim; ++i) sum_squares += in[i] * in[i];
+      float inv_rms = 1.0f / std::sqrt(sum_squares / static_cast<float>(dim) + eps);
+      for (int64_t i = 0; i < dim; ++i) out[i] = weight[i] * (in[i] * inv_rms);
+    }
+  });
+}
+
+void layer_norm(const ExecContext& ctx, const float* x, int64_t x_stride, const float* weight,
+                const float* bias, float* y, int64_t y_stride, int64_t num_rows, int64_t dim,
+                float eps) {
+  parallel_for(ctx, num_rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* in = x + r * x_stride;
+      float* out = y + r * y_stride;
+      float mean = 0;
+      for (int64_t i = 0; i < dim; ++i) mean += in[i];
+      mean /= static_cast<float>(dim);
+      float variance = 0;
+      for (int64_t i = 0; i < dim; ++i) variance += (in[i] - mean) * (in[i] - mean);
+      variance /= static_cast<float>(dim);
+      float inv_std = 1.0f / std::sqrt(variance + eps);
+      for (int64_t i = 0; i < dim; ++i) out[i] = weight[i] * ((in[i] - mean) * inv_std) + bias[i];
+    }
+  });
+}
+
+void round_to_bf16(float* x, int64_t num_elems) {
+  for (int64_t i = 0; i < num_elems; ++i) x[i] = formats::round_to_bf16(x[i]);
+}
+
+}  // namespace dz::kernels

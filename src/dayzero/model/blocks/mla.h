@@ -1,0 +1,88 @@
+#pragma once
+// Multi-head latent attention, models.md §2: projections (§2.1), the prefill form with
+// up-projected keys and values (§2.2) and the decode form with weight absorption over the cached
+// latent (§2.3), over a paged latent cache (formats.md §5.2–5.3). Dense causal attention, or sparse
+// attention over per-token selections from the DSA indexer (models.md §3.4).
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "dayzero/core/arena.h"
+#include "dayzero/core/parallel.h"
+#include "dayzero/kernels/linear.h"
+#include "dayzero/kernels/paged_cache.h"
+#include "dayzero/kernels/rope.h"
+#include "dayzero/model/forward_batch.h"
+#include "dayzero/model/taps.h"
+
+namespace dz::model {
+
+struct MlaConfig {
+  int64_t hidden_size = 0;
+  int64_t num_heads = 0;
+  int64_t q_lora_rank = 0;  // 0: no q LoRA, q = Linear(x; q_proj) (Kimi-Linear)
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  float softmax_scale = 0;                       // (d_n + d_r)^(−1/2) · M², models.md §1.3
+  float q_norm_eps = 1e-6f;                      // q_a_layernorm
+  float kv_norm_eps = 1e-6f;                     // kv_a_layernorm
+  std::optional<kernels::RopeFrequencies> rope;  // interleaved; nullopt for NoPE (Kimi)
+  bool output_gate = false;  // K3: o_h ⊙ σ(Linear(x; g_proj))_h before o_proj
+};
+
+struct MlaWeights {
+  std::optional<kernels::LinearWeight> q_a_proj;  // [r_q, d]          (q LoRA)
+  std::vector<float> q_a_layernorm;               // [r_q]
+  kernels::LinearWeight q_b_proj;                 // [H·(d_n+d_r), r_q] or q_proj [H·(d_n+d_r), d]
+  kernels::LinearWeight kv_a_proj_with_mqa;       // [r_kv + d_r, d]
+  std::vector<float> kv_a_layernorm;              // [r_kv]
+  kernels::LinearWeight kv_b_proj;                // [H·(d_n+d_v), r_kv]
+  kernels::LinearWeight o_proj;                   // [d, H·d_v]
+  std::optional<kernels::LinearWeight> g_proj;    // [H·d_v, d] (output gate)
+};
+
+// Per-token selections from the indexer: [num_tokens, width] positions (0-based in the sequence),
+// −1 padded. Empty (width 0) means dense causal attention.
+struct TokenSelection {
+  std::span<const int32_t> positions;
+  int64_t width = 0;
+};
+
+// Where one MLA layer's latent records live.
+struct MlaLayerCache {
+  kernels::MlaCacheLayout layout;
+  std::byte* pool = nullptr;  // num_blocks · block_size records
+};
+
+class MlaBlock {
+ public:
+  // Repacks what the forms need once (W_UK, W_UV per head from kv_b_proj).
+  MlaBlock(MlaConfig config, MlaWeights weights);
+
+  const MlaConfig& config() const { return config_; }
+
+  // c_q [num_tokens, r_q] = RMSNorm_qa(Linear(x; q_a_proj)), BF16-valued; the DSA indexer reads it.
+  // Requires q_lora_rank > 0.
+  void q_latent(const ExecContext& ctx, const float* x, int64_t num_tokens, float* c_q) const;
+
+  // x: [num_tokens, d] normalized attention input (BF16-valued); c_q as from q_latent (nullptr
+  // without q LoRA). Writes every token's latent record into the cache at batch.slot_mapping, then
+  // attends each token to its allowed keys (causal prefix of its sequence, or `selection`) and
+  // writes out [num_tokens, d] (FP32, before the residual add). Chooses the prefill form for
+  // sequences with many new tokens and the absorbed form otherwise; both read keys from the cache.
+  void forward(const ExecContext& ctx, const ForwardBatch& batch, const float* x, const float* c_q,
+               const MlaLayerCache& cache, const TokenSelection& selection, float* out,
+               Arena& scratch, TapSink* taps, int layer_id) const;
+
+ private:
+  MlaConfig config_;
+  MlaWeights weights_;
+  std::vector<float> w_uk_;  // [H, d_n, r_kv]
+  std::vector<float> w_uv_;  // [H, d_v, r_kv]
+};
+
+}  // namespace dz::model

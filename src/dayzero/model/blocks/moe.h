@@ -1,0 +1,73 @@
+#pragma once
+// Feed-forward blocks: the SwiGLU MLP (models.md §1.1) and the DeepSeek-style MoE with grouped
+// sigmoid routing (§6.1, and Kimi-Linear's §6.2 as the n_group = 1 case): correction bias for
+// selection only, renormalisation, routed scaling, shared experts unscaled.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "dayzero/core/arena.h"
+#include "dayzero/core/parallel.h"
+#include "dayzero/kernels/linear.h"
+#include "dayzero/model/taps.h"
+
+namespace dz::model {
+
+struct MlpWeights {
+  kernels::LinearWeight gate_proj;  // [inter, d]  (w1)
+  kernels::LinearWeight up_proj;    // [inter, d]  (w3)
+  kernels::LinearWeight down_proj;  // [d, inter]  (w2)
+};
+
+// out [num_tokens, d] = down(silu(gate(x)) ⊙ up(x)); the product in FP32, rounded to BF16 before
+// down_proj as the reference's BF16 activations are.
+void swiglu_mlp_forward(const ExecContext& ctx, const MlpWeights& weights, const float* x,
+                        int64_t num_tokens, float* out, Arena& scratch);
+
+struct MoeConfig {
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  bool norm_topk_prob = true;
+  float routed_scaling_factor = 1.0f;
+  float renorm_epsilon = 0.0f;  // Kimi adds 1e-20 to the denominator
+};
+
+struct MoeWeights {
+  std::vector<float> gate_weight;              // [E, d], FP32 copy of the BF16 router
+  std::vector<float> e_score_correction_bias;  // [E]
+  std::vector<MlpWeights> experts;             // [E]
+  std::vector<MlpWeights> shared_experts;      // usually one (fused when several)
+};
+
+// Routing decisions for inspection and operator tests.
+struct RoutingResult {
+  std::vector<int32_t> expert_ids;  // [num_tokens, k]
+  std::vector<float> weights;       // [num_tokens, k], after renormalisation and scaling
+  std::vector<float> scores;        // [num_tokens, E], σ(router logits), unbiased
+};
+
+// §6.1: fills expert ids (ties to the lower id) and weights for every token.
+void route_grouped_sigmoid(const ExecContext& ctx, const MoeConfig& config,
+                           const MoeWeights& weights, const float* x, int64_t num_tokens,
+                           int64_t hidden_size, RoutingResult& result);
+
+class MoeBlock {
+ public:
+  MoeBlock(MoeConfig config, MoeWeights weights);
+  const MoeConfig& config() const { return config_; }
+
+  // out [num_tokens, d] = Σ_e w_e·Expert_e(x) + Σ shared(x), x the FFN input after the post-
+  // attention norm. `forced_routing` (tests): use these decisions instead of routing.
+  void forward(const ExecContext& ctx, const float* x, int64_t num_tokens, float* out,
+               Arena& scratch, TapSink* taps, int layer_id,
+               const RoutingResult* forced_routing = nullptr) const;
+
+ private:
+  MoeConfig config_;
+  MoeWeights weights_;
+};
+
+}  // namespace dz::model

@@ -1,0 +1,45 @@
+#pragma once
+// Everything one forward step needs (style.md §7), passed from the recipe to each block and kernel.
+// All scheduled tokens are flattened into one array; each sequence owns a contiguous range of it.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace dz::model {
+
+struct SequenceSlice {
+  int64_t token_begin = 0;  // first index into the flattened token arrays
+  int64_t num_tokens = 0;   // tokens of this sequence in this step
+  int64_t pos_begin = 0;    // position of its first token = tokens of it already in the cache
+  // Physical block ids covering positions [0, pos_begin + num_tokens): position p lives in block
+  // block_table[p / block_size] at offset p % block_size (formats.md §5.1).
+  std::span<const int32_t> block_table;
+
+  int64_t num_cached_after() const { return pos_begin + num_tokens; }
+};
+
+struct ForwardBatch {
+  std::span<const int32_t> token_ids;     // [num_tokens]
+  std::span<const int32_t> positions;     // [num_tokens], pos_begin + i within each sequence
+  std::span<const int64_t> slot_mapping;  // [num_tokens], cache slot written by each token
+  std::vector<SequenceSlice> sequences;
+  int64_t block_size = 64;  // tokens per cache block
+
+  int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  // Decode: every sequence advances by exactly one token.
+  bool is_decode() const {
+    for (const auto& seq : sequences)
+      if (seq.num_tokens != 1) return false;
+    return true;
+  }
+};
+
+// Slot of position `pos` of a sequence: block_table[pos / block_size] · block_size + pos %
+// block_size.
+inline int64_t slot_of(std::span<const int32_t> block_table, int64_t block_size, int64_t pos) {
+  return static_cast<int64_t>(block_table[static_cast<size_t>(pos / block_size)]) * block_size +
+         pos % block_size;
+}
+
+}  // namespace dz::model

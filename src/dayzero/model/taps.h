@@ -1,0 +1,26 @@
+#pragma once
+// Named intermediate results for layered verification (style.md §12). A block reports an output
+// with its layer index and a name shared with the hooks in python/dayzero_ref; with no sink set,
+// a tap costs one pointer test.
+
+#include <cstdint>
+#include <string_view>
+
+#include "dayzero/core/tensor_view.h"
+
+namespace dz::model {
+
+class TapSink {
+ public:
+  virtual ~TapSink() = default;
+  // data: FP32, contiguous, `shape` in PyTorch order (e.g. [num_tokens, hidden]).
+  virtual void on_tap(int layer_id, std::string_view name, const float* data,
+                      const Shape& shape) = 0;
+};
+
+inline void tap(TapSink* sink, int layer_id, std::string_view name, const float* data,
+                const Shape& shape) {
+  if (sink != nullptr) sink->on_tap(layer_id, name, data, shape);
+}
+
+}  // namespace dz::model
