@@ -1,0 +1,48 @@
+#include "dayzero/kernels/linear_ref.h"
+
+#include <vector>
+
+#include "dayzero/formats/codecs.h"
+
+namespace dz::kernels {
+namespace {
+
+std::vector<float> rounded_row(const float* x, int64_t in_features) {
+  std::vector<float> row(static_cast<size_t>(in_features));
+  for (int64_t j = 0; j < in_features; ++j) row[j] = formats::round_to_bf16(x[j]);
+  return row;
+}
+
+}  // namespace
+
+void linear_bf16_ref(const uint16_t* weight_bf16, int64_t out_features, int64_t in_features,
+                     const float* x, int64_t num_tokens, float* y) {
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const std::vector<float> xt = rounded_row(x + t * in_features, in_features);
+    for (int64_t i = 0; i < out_features; ++i) {
+      const uint16_t* w = weight_bf16 + i * in_features;
+      float acc = 0.0f;
+      for (int64_t j = 0; j < in_features; ++j) acc += xt[j] * formats::decode_bf16(w[j]);
+      y[t * out_features + i] = acc;
+    }
+  }
+}
+
+void linear_fp8_block_ref(const uint8_t* codes, const float* scale_inv,
+                          const formats::Fp8BlockShape& shape, const float* x, int64_t num_tokens,
+                          float* y) {
+  const int64_t num_scale_cols = shape.num_scale_cols();
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const std::vector<float> xt = rounded_row(x + t * shape.num_cols, shape.num_cols);
+    for (int64_t i = 0; i < shape.num_rows; ++i) {
+      const uint8_t* w = codes + i * shape.num_cols;
+      const float* scale_row = scale_inv + (i / shape.block_rows) * num_scale_cols;
+      float acc = 0.0f;
+      for (int64_t j = 0; j < shape.num_cols; ++j)
+        acc += xt[j] * (formats::decode_e4m3(w[j]) * scale_row[j / shape.block_cols]);
+      y[t * shape.num_rows + i] = acc;
+    }
+  }
+}
+
+}  // namespace dz::kernels

@@ -1,0 +1,22 @@
+#pragma once
+// Scalar references for LinearWeight (linear.h): the test oracle and the fallback for shapes the
+// fast kernels do not take. Each output is one FP32 dot product in column order over BF16-rounded
+// activations and the exact FP32 weight values, so forward() variants are checked against them
+// with a tolerance, never for bit equality.
+
+#include <cstdint>
+
+#include "dayzero/formats/fp8_block.h"
+
+namespace dz::kernels {
+
+// y [num_tokens, out] = bf16(x) [num_tokens, in] · Wᵀ, W given as BF16 codes [out, in].
+void linear_bf16_ref(const uint16_t* weight_bf16, int64_t out_features, int64_t in_features,
+                     const float* x, int64_t num_tokens, float* y);
+
+// The same with W[i, j] = decode_e4m3(codes[i, j]) · scale_inv[i / block_rows, j / block_cols].
+void linear_fp8_block_ref(const uint8_t* codes, const float* scale_inv,
+                          const formats::Fp8BlockShape& shape, const float* x, int64_t num_tokens,
+                          float* y);
+
+}  // namespace dz::kernels

@@ -1,0 +1,291 @@
+// LinearWeight (linear.h): load-time conversions and checks, dequantize() against the formats
+// references, and forward() against an FP64 product of the same BF16-rounded activations and the
+// dequantized weights. Tolerance: relative RMS error < 1e-5 (models.md §8.1, FP32 accumulation:
+// the FP32 sums of up to ~1000 terms stay near 2^-24·sqrt(K) relative, far below the bound).
+#include "dayzero/kernels/linear.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "dayzero/formats/codecs.h"
+#include "dayzero/formats/fp8_block.h"
+#include "dayzero/kernels/linear_ref.h"
+
+namespace dz::kernels {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr double kFp32Tolerance = 1e-5;
+
+std::vector<float> random_normal(std::mt19937& rng, int64_t num_elems, float stddev = 1.0f) {
+  std::normal_distribution<float> normal(0.0f, stddev);
+  std::vector<float> v(static_cast<size_t>(num_elems));
+  for (auto& e : v) e = normal(rng);
+  return v;
+}
+
+// Random finite E4M3 codes (every code but 0x7F/0xFF).
+std::vector<uint8_t> random_codes(std::mt19937& rng, int64_t num_elems) {
+  std::uniform_int_distribution<int> dist(0, 253);
+  std::vector<uint8_t> codes(static_cast<size_t>(num_elems));
+  for (auto& c : codes) {
+    int v = dist(rng);
+    if (v >= 0x7F) ++v;  // skip 0x7F; 254 maps to 0xFE
+    c = static_cast<uint8_t>(v);
+  }
+  return codes;
+}
+
+// Powers of two in [2^-12, 2^-4] (what ue8m0 checkpoints hold) or, if !pow2, arbitrary values.
+std::vector<float> random_scales(std::mt19937& rng, int64_t num_elems, bool pow2) {
+  std::uniform_int_distribution<int> exponent(-12, -4);
+  std::uniform_real_distribution<float> uniform(1e-4f, 1e-2f);
+  std::vector<float> s(static_cast<size_t>(num_elems));
+  for (auto& e : s) e = pow2 ? std::ldexp(1.0f, exponent(rng)) : uniform(rng);
+  return s;
+}
+
+// ‖y − ref‖ / ‖ref‖ with ref = bf16(x) · Wᵀ in FP64, W = weight.dequantize().
+double forward_rel_rms(const LinearWeight& weight, const std::vector<float>& x, int64_t num_tokens,
+                       const std::vector<float>& y) {
+  const int64_t out = weight.out_features(), in = weight.in_features();
+  std::vector<float> w(static_cast<size_t>(out * in));
+  weight.dequantize(w.data());
+  double err2 = 0.0, ref2 = 0.0;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int64_t i = 0; i < out; ++i) {
+      double ref = 0.0;
+      for (int64_t j = 0; j < in; ++j)
+        ref += static_cast<double>(formats::round_to_bf16(x[t * in + j])) * w[i * in + j];
+      const double diff = y[t * out + i] - ref;
+      err2 += diff * diff;
+      ref2 += ref * ref;
+    }
+  }
+  return std::sqrt(err2 / ref2);
+}
+
+struct Fp8Weight {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  formats::Fp8BlockShape shape;
+};
+
+Fp8Weight random_fp8(std::mt19937& rng, int64_t out, int64_t in, int64_t block_rows,
+                     int64_t block_cols, bool pow2) {
+  Fp8Weight w;
+  w.shape = {out, in, block_rows, block_cols};
+  w.codes = random_codes(rng, out * in);
+  w.scales = random_scales(rng, w.shape.num_scale_rows() * w.shape.num_scale_cols(), pow2);
+  return w;
+}
+
+Result<LinearWeight> load(Fp8Weight& w) {
+  TensorView codes(w.codes.data(), DType::kF8E4M3, Shape{w.shape.num_rows, w.shape.num_cols});
+  TensorView scales(w.scales.data(), DType::kF32,
+                    Shape{w.shape.num_scale_rows(), w.shape.num_scale_cols()});
+  return LinearWeight::from_fp8_block(codes, scales, w.shape.block_rows, w.shape.block_cols);
+}
+
+struct Case {
+  int64_t out, in;
+};
+// Odd sizes, block ± 1, partial scale tiles in both directions.
+const Case kCases[] = {{1, 1}, {3, 5}, {127, 129}, {130, 257}, {257, 300}, {320, 384}};
+const int64_t kTokenCounts[] = {1, 3, 17, 64};
+
+TEST(LinearWeight, FromFloatRoundsToBf16) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const int64_t out = 37, in = 53;
+  std::vector<float> f32 = random_normal(rng, out * in);
+  std::vector<uint16_t> f16(f32.size()), bf16(f32.size());
+  for (size_t e = 0; e < f32.size(); ++e) {
+    f16[e] = formats::encode_fp16(f32[e]);
+    bf16[e] = formats::encode_bf16(f32[e] * 3.0f);
+  }
+  std::vector<float> w(f32.size());
+  auto from_f32 = LinearWeight::from_float(TensorView(f32.data(), DType::kF32, Shape{out, in}));
+  ASSERT_TRUE(from_f32.ok()) << from_f32.status().to_string();
+  EXPECT_FALSE(from_f32->is_fp8_block());
+  EXPECT_EQ(from_f32->out_features(), out);
+  EXPECT_EQ(from_f32->in_features(), in);
+  from_f32->dequantize(w.data());
+  for (size_t e = 0; e < w.size(); ++e) ASSERT_EQ(w[e], formats::round_to_bf16(f32[e])) << e;
+
+  auto from_f16 = LinearWeight::from_float(TensorView(f16.data(), DType::kF16, Shape{out, in}));
+  ASSERT_TRUE(from_f16.ok());
+  from_f16->dequantize(w.data());
+  for (size_t e = 0; e < w.size(); ++e)
+    ASSERT_EQ(w[e], formats::round_to_bf16(formats::decode_fp16(f16[e]))) << e;
+
+  auto from_bf16 = LinearWeight::from_float(TensorView(bf16.data(), DType::kBF16, Shape{out, in}));
+  ASSERT_TRUE(from_bf16.ok());
+  from_bf16->dequantize(w.data());
+  for (size_t e = 0; e < w.size(); ++e) ASSERT_EQ(w[e], formats::decode_bf16(bf16[e])) << e;
+
+  LinearWeight direct = LinearWeight::from_f32_as_bf16(f32.data(), out, in);
+  direct.dequantize(w.data());
+  for (size_t e = 0; e < w.size(); ++e) ASSERT_EQ(w[e], formats::round_to_bf16(f32[e])) << e;
+}
+
+TEST(LinearWeight, FromFloatReadsRowStrides) {
+  std::mt19937 rng(7);
+  const int64_t out = 5, in = 6, stride = 9;
+  std::vector<float> f32 = random_normal(rng, out * stride);
+  auto weight = LinearWeight::from_float(
+      TensorView(f32.data(), DType::kF32, Shape{out, in}, Shape{stride, 1}));
+  ASSERT_TRUE(weight.ok()) << weight.status().to_string();
+  std::vector<float> w(out * in);
+  weight->dequantize(w.data());
+  for (int64_t i = 0; i < out; ++i)
+    for (int64_t j = 0; j < in; ++j)
+      ASSERT_EQ(w[i * in + j], formats::round_to_bf16(f32[i * stride + j]));
+}
+
+TEST(LinearWeight, Fp8DequantizeMatchesTheFormatsReference) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (bool pow2 : {true, false}) {
+    Fp8Weight fp8 = random_fp8(rng, 200, 300, 128, 128, pow2);
+    auto weight = load(fp8);
+    ASSERT_TRUE(weight.ok()) << weight.status().to_string();
+    EXPECT_TRUE(weight->is_fp8_block());
+    std::vector<float> w(fp8.codes.size()), expected(fp8.codes.size());
+    weight->dequantize(w.data());
+    formats::dequantize_fp8_block(fp8.codes, fp8.scales, fp8.shape, expected);
+    ASSERT_EQ(0, std::memcmp(w.data(), expected.data(), w.size() * sizeof(float)));
+  }
+}
+
+TEST(LinearWeight, Bf16ForwardMatchesFp64) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const ExecContext ctx{2};
+  for (const Case& c : kCases) {
+    const std::vector<float> f32 = random_normal(rng, c.out * c.in);
+    const LinearWeight weight = LinearWeight::from_f32_as_bf16(f32.data(), c.out, c.in);
+    for (int64_t num_tokens : kTokenCounts) {
+      // Activations not BF16-valued on purpose: forward() rounds them, as the reference does.
+      const std::vector<float> x = random_normal(rng, num_tokens * c.in);
+      std::vector<float> y(static_cast<size_t>(num_tokens * c.out));
+      weight.forward(ctx, x.data(), num_tokens, y.data());
+      EXPECT_LT(forward_rel_rms(weight, x, num_tokens, y), kFp32Tolerance)
+          << "[" << c.out << ", " << c.in << "] tokens " << num_tokens;
+    }
+  }
+}
+
+TEST(LinearWeight, Fp8ForwardMatchesFp64) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const ExecContext ctx{2};
+  for (bool pow2 : {true, false}) {
+    for (const Case& c : kCases) {
+      Fp8Weight fp8 = random_fp8(rng, c.out, c.in, 128, 128, pow2);
+      auto weight = load(fp8);
+      ASSERT_TRUE(weight.ok()) << weight.status().to_string();
+      for (int64_t num_tokens : kTokenCounts) {
+        const std::vector<float> x = random_normal(rng, num_tokens * c.in);
+        std::vector<float> y(static_cast<size_t>(num_tokens * c.out));
+        weight->forward(ctx, x.data(), num_tokens, y.data());
+        EXPECT_LT(forward_rel_rms(*weight, x, num_tokens, y), kFp32Tolerance)
+            << "[" << c.out << ", " << c.in << "] tokens " << num_tokens << " pow2 " << pow2;
+      }
+    }
+  }
+}
+
+TEST(LinearWeight, Fp8OddBlockSizes) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const ExecContext ctx{2};
+  Fp8Weight fp8 = random_fp8(rng, 70, 90, 32, 48, true);
+  auto weight = load(fp8);
+  ASSERT_TRUE(weight.ok()) << weight.status().to_string();
+  for (int64_t num_tokens : kTokenCounts) {
+    const std::vector<float> x = random_normal(rng, num_tokens * 90);
+    std::vector<float> y(static_cast<size_t>(num_tokens * 70));
+    weight->forward(ctx, x.data(), num_tokens, y.data());
+    EXPECT_LT(forward_rel_rms(*weight, x, num_tokens, y), kFp32Tolerance) << num_tokens;
+  }
+}
+
+TEST(LinearWeight, RefusesBadPlainWeights) {
+  std::vector<float> f32(12, 1.0f);
+  auto rank1 = LinearWeight::from_float(TensorView(f32.data(), DType::kF32, Shape{12}));
+  ASSERT_FALSE(rank1.ok());
+  EXPECT_EQ(rank1.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(rank1.status().message(), HasSubstr("expected rank 2 [out, in], found shape [12]"));
+  auto ints = LinearWeight::from_float(TensorView(f32.data(), DType::kI32, Shape{3, 4}));
+  ASSERT_FALSE(ints.ok());
+  EXPECT_EQ(ints.status().code(), StatusCode::kUnsupported);
+  EXPECT_THAT(ints.status().message(), HasSubstr("expected dtype BF16, F16 or F32, found I32"));
+  auto empty = LinearWeight::from_float(TensorView(f32.data(), DType::kF32, Shape{0, 4}));
+  ASSERT_FALSE(empty.ok());
+  EXPECT_THAT(empty.status().message(), HasSubstr("expected a non-empty [out, in], found [0, 4]"));
+}
+
+TEST(LinearWeight, RefusesBadFp8Weights) {
+  std::mt19937 rng(3);
+  Fp8Weight fp8 = random_fp8(rng, 130, 200, 128, 128, true);  // scales [2, 2]
+  TensorView codes(fp8.codes.data(), DType::kF8E4M3, Shape{130, 200});
+  TensorView scales(fp8.scales.data(), DType::kF32, Shape{2, 2});
+
+  auto bad_shape = LinearWeight::from_fp8_block(
+      codes, TensorView(fp8.scales.data(), DType::kF32, Shape{1, 2}), 128, 128);
+  ASSERT_FALSE(bad_shape.ok());
+  EXPECT_EQ(bad_shape.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad_shape.status().message(),
+              HasSubstr("expected shape [2, 2] for weight [130, 200] in [128, 128] blocks, found "
+                        "[1, 2]"));
+
+  auto bad_scale_dtype = LinearWeight::from_fp8_block(
+      codes, TensorView(fp8.scales.data(), DType::kBF16, Shape{2, 2}), 128, 128);
+  ASSERT_FALSE(bad_scale_dtype.ok());
+  EXPECT_THAT(bad_scale_dtype.status().message(),
+              HasSubstr("scale_inv: expected dtype F32, found BF16"));
+
+  auto bad_code_dtype = LinearWeight::from_fp8_block(
+      TensorView(fp8.codes.data(), DType::kF8E5M2, Shape{130, 200}), scales, 128, 128);
+  ASSERT_FALSE(bad_code_dtype.ok());
+  EXPECT_THAT(bad_code_dtype.status().message(),
+              HasSubstr("expected dtype F8_E4M3, found F8_E5M2"));
+
+  auto bad_rank = LinearWeight::from_fp8_block(
+      TensorView(fp8.codes.data(), DType::kF8E4M3, Shape{130, 2, 100}), scales, 128, 128);
+  ASSERT_FALSE(bad_rank.ok());
+  EXPECT_THAT(bad_rank.status().message(), HasSubstr("expected rank 2 [out, in]"));
+
+  auto bad_block = LinearWeight::from_fp8_block(codes, scales, 0, 128);
+  ASSERT_FALSE(bad_block.ok());
+  EXPECT_THAT(bad_block.status().message(),
+              HasSubstr("expected a positive block size, found [0, 128]"));
+
+  fp8.codes[1 * 200 + 7] = 0xFF;
+  auto nan_code = LinearWeight::from_fp8_block(codes, scales, 128, 128);
+  ASSERT_FALSE(nan_code.ok());
+  EXPECT_EQ(nan_code.status().code(), StatusCode::kCorrupt);
+  EXPECT_THAT(nan_code.status().message(), HasSubstr("E4M3 NaN code 0xFF at index [1, 7]"));
+  fp8.codes[1 * 200 + 7] = 0x10;
+
+  fp8.scales[3] = std::numeric_limits<float>::infinity();
+  auto inf_scale = LinearWeight::from_fp8_block(codes, scales, 128, 128);
+  ASSERT_FALSE(inf_scale.ok());
+  EXPECT_EQ(inf_scale.status().code(), StatusCode::kCorrupt);
+  EXPECT_THAT(inf_scale.status().message(), HasSubstr("non-finite value inf at index [1, 1]"));
+}
+
+}  // namespace
+}  // namespace dz::kernels
