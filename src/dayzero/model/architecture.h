@@ -4,14 +4,23 @@
 // these questions from it. Nothing outside the recipe reads the config JSON.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
+#include "dayzero/core/status.h"
 #include "dayzero/formats/hf_config.h"
 #include "dayzero/model/layer_schedule.h"
 #include "dayzero/model/tensor_table.h"
 
+namespace dz::formats {
+class Checkpoint;
+}  // namespace dz::formats
+
 namespace dz::model {
+
+class CausalLm;
+struct ModelOptions;
 
 // What the registry hands a recipe.
 struct RecipeInput {
@@ -40,6 +49,12 @@ class Architecture {
   // count active parameters.
   virtual int64_t num_routed_experts() const = 0;
   virtual int64_t num_experts_per_token() const = 0;
+
+  // Builds the runnable model from a checkpoint already checked against tensor_table(); the model
+  // keeps the checkpoint (its embedding tables stay in the mapping). kUnsupported for recipes that
+  // only parse and inspect so far.
+  virtual Result<std::unique_ptr<CausalLm>> load_model(
+      std::unique_ptr<formats::Checkpoint> checkpoint, const ModelOptions& options) const;
 };
 
 }  // namespace dz::model

@@ -107,6 +107,13 @@ ModelSummary summarize_architecture(const Architecture& arch) {
 Result<ModelSummary> inspect_checkpoint(const std::string& dir) {
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<Architecture> arch, load_model_config(dir));
   DZ_ASSIGN_OR_RETURN(formats::Checkpoint checkpoint, formats::Checkpoint::open(dir));
+  return inspect_checkpoint(*arch, checkpoint);
+}
+
+Result<ModelSummary> inspect_checkpoint(const Architecture& arch_ref,
+                                        const formats::Checkpoint& checkpoint) {
+  const Architecture* arch = &arch_ref;
+  const std::string& dir = checkpoint.dir();
   TensorTable table = arch->tensor_table();
   const formats::QuantizationConfig& quant = arch->quantization();
   auto error = [&](StatusCode code, const std::string& message) {

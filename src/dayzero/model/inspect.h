@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dayzero/core/status.h"
+#include "dayzero/formats/checkpoint.h"
 #include "dayzero/model/architecture.h"
 
 namespace dz::model {
@@ -47,6 +48,9 @@ ModelSummary summarize_architecture(const Architecture& arch);
 // must be present with the expected shape and an accepted dtype, and no other tensor may be
 // there. The first problem is returned, naming the tensor (or config field).
 Result<ModelSummary> inspect_checkpoint(const std::string& dir);
+// The same checks on an open checkpoint (the model loader runs them before loading).
+Result<ModelSummary> inspect_checkpoint(const Architecture& arch,
+                                        const formats::Checkpoint& checkpoint);
 
 std::string format_summary_text(const ModelSummary& summary);
 std::string format_summary_json(const ModelSummary& summary);  // parsed by tests/inspect_test.sh

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "dayzero/model/arch/deepseek_v32_model.h"
+
 namespace dz::model {
 namespace {
 
@@ -81,6 +83,12 @@ class DeepseekV32 final : public Architecture {
   }
   int64_t num_routed_experts() const override { return config_.n_routed_experts; }
   int64_t num_experts_per_token() const override { return config_.num_experts_per_tok; }
+  Result<std::unique_ptr<CausalLm>> load_model(std::unique_ptr<formats::Checkpoint> checkpoint,
+                                               const ModelOptions& options) const override {
+    DZ_ASSIGN_OR_RETURN(auto model,
+                        DeepseekV32Model::load(config_, prefix_, std::move(checkpoint), options));
+    return std::unique_ptr<CausalLm>(std::move(model));
+  }
 
  private:
   DeepseekV32Config config_;
@@ -119,6 +127,7 @@ Result<DeepseekV32Config> parse_deepseek_v32_config(const formats::ConfigObject&
   READ(required_positive_int, index_n_heads);
   READ(required_positive_int, index_head_dim);
   READ(required_positive_int, index_topk);
+  READ(optional_bool, indexer_rope_interleave, false);
   READ(required_positive_int, max_position_embeddings);
   READ(required_number, rope_theta);
   READ(required_number, rms_norm_eps);

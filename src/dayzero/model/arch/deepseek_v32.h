@@ -43,6 +43,9 @@ struct DeepseekV32Config {
   int64_t index_n_heads = 0;
   int64_t index_head_dim = 0;
   int64_t index_topk = 0;
+  // Indexer RoPE layout: false = rotate-half, the published fix (models.md §3.5); GLM-5 DSA
+  // configs set true. Absent from DeepSeek's config.json.
+  bool indexer_rope_interleave = false;
   int64_t max_position_embeddings = 0;
   double rope_theta = 10000.0;
   double rms_norm_eps = 1e-6;

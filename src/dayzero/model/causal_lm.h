@@ -1,0 +1,48 @@
+#pragma once
+// What the engine sees of a loaded model, whatever its architecture (README.md, "Data through one
+// engine step"): the caches it needs per layer, and one forward over a ForwardBatch that writes
+// the batch's cache records and returns FP32 logits for the rows asked for.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dayzero/core/parallel.h"
+#include "dayzero/core/status.h"
+#include "dayzero/kernels/paged_cache.h"
+#include "dayzero/model/forward_batch.h"
+#include "dayzero/model/kv_cache.h"
+#include "dayzero/model/taps.h"
+
+namespace dz::model {
+
+struct ModelOptions {
+  kernels::KvCacheDtype kv_cache_dtype = kernels::KvCacheDtype::kFp8;
+};
+
+class CausalLm {
+ public:
+  virtual ~CausalLm() = default;
+
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t hidden_size() const = 0;
+  // One spec per layer id (MTP layers included), for KvCache::create.
+  virtual std::vector<LayerCacheSpec> cache_layers() const = 0;
+
+  // Runs every token of `batch` through the model: writes each token's cache records at
+  // batch.slot_mapping (earlier positions must already be cached), and fills out_logits
+  // [logits_rows.size(), vocab] with FP32 logits of the given rows (indices into the batch's
+  // tokens). Refuses token ids outside the vocabulary and batches the cache cannot hold.
+  virtual Status forward(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
+                         std::span<const int64_t> logits_rows, float* out_logits,
+                         TapSink* taps) = 0;
+};
+
+// Reads DIR/config.json through the registry, opens and validates the checkpoint against the
+// recipe's tensor table (the checks of `dayzero inspect`), and builds the recipe's model.
+Result<std::unique_ptr<CausalLm>> load_causal_lm(const std::string& dir,
+                                                 const ModelOptions& options);
+
+}  // namespace dz::model

@@ -1,0 +1,171 @@
+#include "dayzero/model/weight_loader.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "dayzero/formats/codecs.h"
+
+namespace dz::model {
+namespace {
+
+Status tensor_error(StatusCode code, const std::string& name, const std::string& message) {
+  return Status(code, fmt::format("tensor \"{}\": {}", name, message));
+}
+
+bool is_widenable(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
+}
+
+// Element `i` of a float tensor as FP32; `data` may be misaligned.
+float load_float(const std::byte* data, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kF32: {
+      float value;
+      std::memcpy(&value, data + i * 4, 4);
+      return value;
+    }
+    case DType::kBF16: {
+      uint16_t code;
+      std::memcpy(&code, data + i * 2, 2);
+      return formats::decode_bf16(code);
+    }
+    case DType::kF16: {
+      uint16_t code;
+      std::memcpy(&code, data + i * 2, 2);
+      return formats::decode_fp16(code);
+    }
+    default:
+      DZ_CHECK(false, "not a widenable float dtype");
+      return 0;
+  }
+}
+
+}  // namespace
+
+Result<Embedding> Embedding::from_view(const TensorView& table, const std::string& name) {
+  if (table.rank() != 2 || !is_widenable(table.dtype()))
+    return tensor_error(StatusCode::kInvalidArgument, name,
+                        fmt::format("an embedding table must be a 2-D BF16, F16 or F32 tensor, got "
+                                    "{} {}",
+                                    dtype_name(table.dtype()), table.shape().to_string()));
+  Embedding e;
+  e.data_ = static_cast<const std::byte*>(table.data());
+  e.dtype_ = table.dtype();
+  e.num_rows_ = table.dim(0);
+  e.dim_ = table.dim(1);
+  return e;
+}
+
+void Embedding::lookup(std::span<const int32_t> token_ids, float* out) const {
+  const int64_t row_bytes = dim_ * dtype_bits(dtype_) / 8;
+  for (size_t t = 0; t < token_ids.size(); ++t) {
+    DZ_CHECK(token_ids[t] >= 0 && token_ids[t] < num_rows_, "token id {} out of range",
+             token_ids[t]);
+    const std::byte* row = data_ + token_ids[t] * row_bytes;
+    float* dst = out + static_cast<int64_t>(t) * dim_;
+    for (int64_t j = 0; j < dim_; ++j) dst[j] = load_float(row, dtype_, j);
+  }
+}
+
+bool Embedding::same_bytes(const Embedding& other) const {
+  return dtype_ == other.dtype_ && num_rows_ == other.num_rows_ && dim_ == other.dim_ &&
+         std::memcmp(data_, other.data_,
+                     static_cast<size_t>(num_rows_ * dim_ * dtype_bits(dtype_) / 8)) == 0;
+}
+
+WeightLoader::WeightLoader(const formats::Checkpoint& checkpoint,
+                           const formats::QuantizationConfig& quant)
+    : checkpoint_(checkpoint) {
+  if (quant.method == formats::QuantMethod::kFp8Block && quant.block_rows > 0 &&
+      quant.block_cols > 0) {
+    fp8_block_rows_ = quant.block_rows;
+    fp8_block_cols_ = quant.block_cols;
+  }
+}
+
+Result<formats::CheckpointTensor> WeightLoader::find(const std::string& name) const {
+  auto found = checkpoint_.find(name);
+  if (!found)
+    return tensor_error(StatusCode::kNotFound, name,
+                        fmt::format("missing from the checkpoint in {}", checkpoint_.dir()));
+  return *found;
+}
+
+TensorView WeightLoader::aligned_view(const formats::CheckpointTensor& tensor,
+                                      std::vector<std::byte>& copy) const {
+  TensorView view = tensor.file->view(*tensor.info);
+  if (tensor.file->is_aligned(*tensor.info)) return view;
+  auto bytes = tensor.file->tensor_bytes(*tensor.info);
+  copy.assign(bytes.begin(), bytes.end());
+  return TensorView(copy.data(), view.dtype(), view.shape());
+}
+
+Result<kernels::LinearWeight> WeightLoader::linear(const std::string& module) const {
+  const std::string weight_name = module + ".weight";
+  DZ_ASSIGN_OR_RETURN(formats::CheckpointTensor weight, find(weight_name));
+  if (weight.info->shape.rank() != 2)
+    return tensor_error(
+        StatusCode::kInvalidArgument, weight_name,
+        fmt::format("a linear weight must be 2-D, got {}", weight.info->shape.to_string()));
+  std::vector<std::byte> weight_copy;
+  TensorView weight_view = aligned_view(weight, weight_copy);
+  if (weight.info->dtype == DType::kF8E4M3) {
+    const std::string scale_name = module + ".weight_scale_inv";
+    DZ_ASSIGN_OR_RETURN(formats::CheckpointTensor scale, find(scale_name));
+    if (scale.info->dtype != DType::kF32)
+      return tensor_error(StatusCode::kInvalidArgument, scale_name,
+                          fmt::format("expected F32, got {}", dtype_name(scale.info->dtype)));
+    std::vector<std::byte> scale_copy;
+    TensorView scale_view = aligned_view(scale, scale_copy);
+    Result<kernels::LinearWeight> linear = kernels::LinearWeight::from_fp8_block(
+        weight_view, scale_view, fp8_block_rows_, fp8_block_cols_);
+    if (!linear.ok())
+      return linear.status().with_context(fmt::format("tensor \"{}\"", weight_name));
+    return linear;
+  }
+  if (!is_widenable(weight.info->dtype))
+    return tensor_error(StatusCode::kUnsupported, weight_name,
+                        fmt::format("a linear weight must be F8_E4M3 (with weight_scale_inv), "
+                                    "BF16, F16 or F32, got {}",
+                                    dtype_name(weight.info->dtype)));
+  Result<kernels::LinearWeight> linear = kernels::LinearWeight::from_float(weight_view);
+  if (!linear.ok()) return linear.status().with_context(fmt::format("tensor \"{}\"", weight_name));
+  return linear;
+}
+
+Result<std::vector<float>> WeightLoader::floats(const std::string& name, int64_t num_elems) const {
+  DZ_ASSIGN_OR_RETURN(formats::CheckpointTensor tensor, find(name));
+  if (!is_widenable(tensor.info->dtype))
+    return tensor_error(
+        StatusCode::kUnsupported, name,
+        fmt::format("expected BF16, F16 or F32, got {}", dtype_name(tensor.info->dtype)));
+  if (tensor.info->shape.num_elems() != num_elems)
+    return tensor_error(
+        StatusCode::kInvalidArgument, name,
+        fmt::format("has {} elements ({}), expected {}", tensor.info->shape.num_elems(),
+                    tensor.info->shape.to_string(), num_elems));
+  const std::byte* data = tensor.file->tensor_bytes(*tensor.info).data();
+  std::vector<float> out(static_cast<size_t>(num_elems));
+  for (int64_t i = 0; i < num_elems; ++i)
+    out[static_cast<size_t>(i)] = load_float(data, tensor.info->dtype, i);
+  return out;
+}
+
+Result<Embedding> WeightLoader::embedding(const std::string& name) const {
+  DZ_ASSIGN_OR_RETURN(formats::CheckpointTensor tensor, find(name));
+  return Embedding::from_view(tensor.file->view(*tensor.info), name);
+}
+
+bool WeightLoader::same_bytes(const std::string& a, const std::string& b) const {
+  auto ta = checkpoint_.find(a);
+  auto tb = checkpoint_.find(b);
+  if (!ta || !tb) return false;
+  if (ta->info->dtype != tb->info->dtype || !(ta->info->shape == tb->info->shape)) return false;
+  auto bytes_a = ta->file->tensor_bytes(*ta->info);
+  auto bytes_b = tb->file->tensor_bytes(*tb->info);
+  return bytes_a.size() == bytes_b.size() &&
+         std::memcmp(bytes_a.data(), bytes_b.data(), bytes_a.size()) == 0;
+}
+
+}  // namespace dz::model

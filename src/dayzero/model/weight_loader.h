@@ -1,0 +1,67 @@
+#pragma once
+// Reads a checkpoint's tensors by full name into the forms blocks take (style.md §2.4): a
+// kernels::LinearWeight per linear module, FP32 vectors for norms and biases, and the embedding
+// table read in place from the mapping. Names, shapes and dtypes are checked against the recipe's
+// TensorTable before loading (model/inspect.h); the loader still checks what it relies on and
+// every error names the tensor.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dayzero/core/status.h"
+#include "dayzero/core/tensor_view.h"
+#include "dayzero/formats/checkpoint.h"
+#include "dayzero/formats/hf_config.h"
+#include "dayzero/kernels/linear.h"
+
+namespace dz::model {
+
+// A token embedding table [vocab, d] left in the checkpoint's mapping (BF16, F16 or F32).
+class Embedding {
+ public:
+  static Result<Embedding> from_view(const TensorView& table, const std::string& name);
+  Embedding() = default;
+
+  int64_t num_rows() const { return num_rows_; }
+  int64_t dim() const { return dim_; }
+  // out [token_ids.size(), dim] = rows as FP32 (exact: every stored dtype widens exactly). The
+  // caller checks ids against num_rows().
+  void lookup(std::span<const int32_t> token_ids, float* out) const;
+  // Whether both tables hold the same bytes (MTP copies of the main embedding and head).
+  bool same_bytes(const Embedding& other) const;
+
+ private:
+  const std::byte* data_ = nullptr;  // borrowed from the mapping
+  DType dtype_ = DType::kBF16;
+  int64_t num_rows_ = 0;
+  int64_t dim_ = 0;
+};
+
+class WeightLoader {
+ public:
+  // `checkpoint` must outlive the loader and every Embedding it returns.
+  WeightLoader(const formats::Checkpoint& checkpoint, const formats::QuantizationConfig& quant);
+
+  // `<module>.weight`: FP8 block-scaled when it is F8_E4M3 and `<module>.weight_scale_inv` exists
+  // (block size from quantization_config, 128×128 when the config has none), plain float otherwise.
+  Result<kernels::LinearWeight> linear(const std::string& module) const;
+  // Any float dtype, widened to FP32 and flattened; `num_elems` is what the caller expects.
+  Result<std::vector<float>> floats(const std::string& name, int64_t num_elems) const;
+  Result<Embedding> embedding(const std::string& name) const;
+  // Whether two tensors are stored with the same dtype, shape and bytes.
+  bool same_bytes(const std::string& a, const std::string& b) const;
+
+ private:
+  Result<formats::CheckpointTensor> find(const std::string& name) const;
+  // A view that is aligned for its dtype: the mapping when it is, else a copy kept in `copy`.
+  TensorView aligned_view(const formats::CheckpointTensor& tensor,
+                          std::vector<std::byte>& copy) const;
+
+  const formats::Checkpoint& checkpoint_;
+  int64_t fp8_block_rows_ = 128;
+  int64_t fp8_block_cols_ = 128;
+};
+
+}  // namespace dz::model
