@@ -1,0 +1,364 @@
+// Tiled MLA attention over the paged cache (mla_attention.h). Keys stream in tiles with an online
+// softmax: per head a running max m, sum l and accumulator; a tile rescales them by exp(m − m').
+// The absorbed form splits one query's keys over threads (flash-decoding) and merges the
+// partial (m, l, acc) afterwards; the prefill form up-projects each key block once for all queries.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "dayzero/core/check.h"
+#include "dayzero/kernels/mla_attention.h"
+#include "dayzero/kernels/mla_attention_vec.h"
+
+namespace dz::kernels {
+namespace detail {
+namespace {
+
+void dot_rows_generic(const float* x, const float* rows, int64_t row_stride, int64_t num_rows,
+                      int64_t dim, float* out) {
+  for (int64_t k = 0; k < num_rows; ++k) {
+    const float* r = rows + k * row_stride;
+    float partial[8] = {};  // eight interleaved sums, vectorizable without -ffast-math
+    int64_t c = 0;
+    for (; c + 8 <= dim; c += 8)
+      for (int j = 0; j < 8; ++j) partial[j] += x[c + j] * r[c + j];
+    float sum = 0;
+    for (; c < dim; ++c) sum += x[c] * r[c];
+    for (float v : partial) sum += v;
+    out[k] = sum;
+  }
+}
+
+void accumulate_rows_generic(const float* p, const float* rows, int64_t row_stride,
+                             int64_t num_rows, int64_t dim, float* acc) {
+  for (int64_t k = 0; k < num_rows; ++k) {
+    const float* r = rows + k * row_stride;
+    const float pk = p[k];
+    for (int64_t c = 0; c < dim; ++c) acc[c] += pk * r[c];
+  }
+}
+
+}  // namespace
+
+MlaVecOps mla_vec_ops_generic() {
+  return {
+      .name = "generic", .dot_rows = dot_rows_generic, .accumulate_rows = accumulate_rows_generic};
+}
+
+const MlaVecOps& mla_vec_ops() {
+  static const MlaVecOps ops =
+      __builtin_cpu_supports("avx512f") ? mla_vec_ops_avx512() : mla_vec_ops_generic();
+  return ops;
+}
+
+}  // namespace detail
+
+namespace {
+
+constexpr int64_t kKeyTile = 32;           // keys per tile in the absorbed form
+constexpr int64_t kMinKeysPerSplit = 128;  // a flash-decoding split is at least this many keys
+constexpr int64_t kKeyBlock = 64;          // keys up-projected together in the prefill form
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+size_t align64(size_t num_bytes) {
+  return (num_bytes + 63) / 64 * 64;
+}
+
+// Carves typed arrays out of the caller's workspace.
+class Carver {
+ public:
+  explicit Carver(std::span<std::byte> workspace) : workspace_(workspace) {}
+  template <typename T>
+  T* take(int64_t num_elems) {
+    const size_t num_bytes = align64(static_cast<size_t>(num_elems) * sizeof(T));
+    DZ_CHECK(used_ + num_bytes <= workspace_.size(), "MLA workspace of {} bytes is too small",
+             workspace_.size());
+    T* p = reinterpret_cast<T*>(workspace_.data() + used_);
+    used_ += num_bytes;
+    return p;
+  }
+
+ private:
+  std::span<std::byte> workspace_;
+  size_t used_ = 0;
+};
+
+int64_t slot_of_position(const MlaCacheView& cache, int64_t pos) {
+  return static_cast<int64_t>(cache.block_table[static_cast<size_t>(pos / cache.block_size)]) *
+             cache.block_size +
+         pos % cache.block_size;
+}
+
+// Number of key entries of query i before −1 skipping: the prefix length or the selection width.
+int64_t num_key_entries(const MlaQueryKeys& keys, int64_t i) {
+  return keys.selection_width == 0 ? keys.positions[static_cast<size_t>(i)] + 1
+                                   : keys.selection_width;
+}
+int32_t key_entry(const MlaQueryKeys& keys, int64_t i, int64_t j) {
+  return keys.selection_width == 0
+             ? static_cast<int32_t>(j)
+             : keys.selection[static_cast<size_t>(i * keys.selection_width + j)];
+}
+
+int64_t max_splits_per_query(const ExecContext& ctx, int64_t num_queries) {
+  return std::max<int64_t>(1,
+                           (ctx.num_threads + num_queries - 1) / std::max<int64_t>(num_queries, 1));
+}
+
+// One online-softmax step for one head: scores [n] (already scaled, −inf = masked) against rows.
+void online_softmax_step(const detail::MlaVecOps& ops, float* scores, int64_t n, const float* rows,
+                         int64_t row_stride, int64_t dim, float& m, float& l, float* acc) {
+  float tile_max = kNegInf;
+  for (int64_t k = 0; k < n; ++k) tile_max = std::max(tile_max, scores[k]);
+  if (tile_max == kNegInf) return;
+  const float m_new = std::max(m, tile_max);
+  const float correction = std::exp(m - m_new);  // 0 on the first tile (m = −inf)
+  if (correction != 1.0f)
+    for (int64_t c = 0; c < dim; ++c) acc[c] *= correction;
+  float sum = 0;
+  for (int64_t k = 0; k < n; ++k) sum += (scores[k] = std::exp(scores[k] - m_new));
+  l = l * correction + sum;
+  m = m_new;
+  ops.accumulate_rows(scores, rows, row_stride, n, dim, acc);
+}
+
+}  // namespace
+
+size_t mla_absorbed_workspace_bytes(const ExecContext& ctx, const MlaCacheLayout& layout,
+                                    int64_t num_queries, int64_t num_heads) {
+  const int64_t width = layout.latent_dim + layout.rope_dim;
+  const int64_t num_partials = num_queries * max_splits_per_query(ctx, num_queries);
+  const int64_t num_threads = std::max(ctx.num_threads, 1);
+  return align64(static_cast<size_t>(num_partials * num_heads * (layout.latent_dim + 2)) * 4) +
+         static_cast<size_t>(num_threads) *
+             (align64(static_cast<size_t>(num_heads * width) * 4) +  // q_cat
+              align64(static_cast<size_t>(kKeyTile * width) * 4) +   // records
+              align64(static_cast<size_t>(kKeyTile) * 4));           // scores
+}
+
+void mla_attention_absorbed(const ExecContext& ctx, const MlaCacheView& cache,
+                            const MlaQueryKeys& keys, const MlaAbsorbedArgs& args,
+                            std::span<std::byte> workspace) {
+  const detail::MlaVecOps& ops = detail::mla_vec_ops();
+  const int64_t r_kv = cache.layout.latent_dim, d_r = cache.layout.rope_dim;
+  const int64_t width = r_kv + d_r, num_heads = args.num_heads;
+  const int64_t num_queries = keys.num_queries();
+  const int64_t max_splits = max_splits_per_query(ctx, num_queries);
+  const int64_t num_threads = std::max(ctx.num_threads, 1);
+  const int64_t partial_elems = num_heads * (r_kv + 2);  // acc [H, r_kv], then m [H], l [H]
+
+  Carver carver(workspace);
+  float* partials = carver.take<float>(num_queries * max_splits * partial_elems);
+  float* q_cat_all = carver.take<float>(num_threads * num_heads * width);
+  float* records_all = carver.take<float>(num_threads * kKeyTile * width);
+  float* scores_all = carver.take<float>(num_threads * kKeyTile);
+
+  // Work item (query, split): split s of query i covers key entries [s·n/S, (s+1)·n/S).
+  auto num_splits = [&](int64_t i) {
+    return std::clamp<int64_t>(num_key_entries(keys, i) / kMinKeysPerSplit, 1, max_splits);
+  };
+  parallel_for(ctx, num_queries * max_splits, 1, [&](int64_t begin, int64_t end) {
+    const int64_t thread = omp_in_parallel() ? omp_get_thread_num() : 0;
+    float* q_cat = q_cat_all + thread * num_heads * width;
+    float* records = records_all + thread * kKeyTile * width;
+    float* scores = scores_all + thread * kKeyTile;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t i = item / max_splits, split = item % max_splits;
+      const int64_t splits = num_splits(i);
+      if (split >= splits) continue;
+      const int64_t num_entries = num_key_entries(keys, i);
+      const int64_t entry_begin = split * num_entries / splits;
+      const int64_t entry_end = (split + 1) * num_entries / splits;
+      for (int64_t h = 0; h < num_heads; ++h) {  // q_cat [H, r_kv + d_r] = [q_abs ; q_pe]
+        std::copy_n(args.q_abs + (i * num_heads + h) * r_kv, r_kv, q_cat + h * width);
+        std::copy_n(args.q_pe + i * args.q_pe_token_stride + h * args.q_pe_head_stride, d_r,
+                    q_cat + h * width + r_kv);
+      }
+      float* acc = partials + item * partial_elems;
+      float* m = acc + num_heads * r_kv;
+      float* l = m + num_heads;
+      std::fill_n(acc, num_heads * r_kv, 0.0f);
+      std::fill_n(m, num_heads, kNegInf);
+      std::fill_n(l, num_heads, 0.0f);
+      for (int64_t j = entry_begin; j < entry_end;) {
+        int64_t num_keys = 0;  // gather the next tile of valid keys
+        for (; j < entry_end && num_keys < kKeyTile; ++j) {
+          const int32_t pos = key_entry(keys, i, j);
+          if (pos < 0) continue;
+          read_mla_record(cache.layout, cache.pool, slot_of_position(cache, pos),
+                          records + num_keys * width);
+          ++num_keys;
+        }
+        if (num_keys == 0) continue;
+        for (int64_t h = 0; h < num_heads; ++h) {
+          ops.dot_rows(q_cat + h * width, records, width, num_keys, width, scores);
+          for (int64_t k = 0; k < num_keys; ++k) scores[k] *= args.softmax_scale;
+          online_softmax_step(ops, scores, num_keys, records, width, r_kv, m[h], l[h],
+                              acc + h * r_kv);
+        }
+      }
+    }
+  });
+
+  // Merge the splits of each query: o = Σ_s acc_s·e^(m_s − M) / Σ_s l_s·e^(m_s − M).
+  parallel_for(ctx, num_queries * num_heads, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t i = item / num_heads, h = item % num_heads;
+      const int64_t splits = num_splits(i);
+      float* o = args.o_lat + (i * num_heads + h) * r_kv;
+      float max_m = kNegInf;
+      for (int64_t s = 0; s < splits; ++s)
+        max_m =
+            std::max(max_m, partials[(i * max_splits + s) * partial_elems + num_heads * r_kv + h]);
+      DZ_CHECK(max_m != kNegInf, "query {} has no keys", i);
+      std::fill_n(o, r_kv, 0.0f);
+      float total = 0;
+      for (int64_t s = 0; s < splits; ++s) {
+        const float* part = partials + (i * max_splits + s) * partial_elems;
+        const float m_s = part[num_heads * r_kv + h], l_s = part[num_heads * r_kv + num_heads + h];
+        if (m_s == kNegInf) continue;
+        const float weight = std::exp(m_s - max_m);
+        total += l_s * weight;
+        for (int64_t c = 0; c < r_kv; ++c) o[c] += weight * part[h * r_kv + c];
+      }
+      const float inv_total = 1.0f / total;
+      for (int64_t c = 0; c < r_kv; ++c) o[c] *= inv_total;
+    }
+  });
+}
+
+size_t mla_prefill_workspace_bytes(const ExecContext& ctx, const MlaCacheLayout& layout,
+                                   const MlaQueryKeys& keys, int64_t num_heads, int64_t nope_dim,
+                                   int64_t v_dim) {
+  const int64_t width = layout.latent_dim + layout.rope_dim;
+  const int64_t num_queries = keys.num_queries();
+  const int64_t num_threads = std::max(ctx.num_threads, 1);
+  return align64(static_cast<size_t>(num_queries * num_heads * (v_dim + 2)) * 4) +  // state
+         align64(static_cast<size_t>(num_queries * keys.selection_width) * 4) +     // sorted
+         align64(static_cast<size_t>(num_queries) * 8) +                            // cursors
+         align64(static_cast<size_t>(kKeyBlock * width) * 4) +                      // records
+         align64(static_cast<size_t>(num_heads * kKeyBlock * (nope_dim + v_dim)) * 4) +
+         static_cast<size_t>(num_threads) * align64(static_cast<size_t>(3 * kKeyBlock) * 4);
+}
+
+void mla_attention_prefill(const ExecContext& ctx, const MlaCacheView& cache,
+                           const MlaQueryKeys& keys, const MlaPrefillArgs& args,
+                           std::span<std::byte> workspace) {
+  const detail::MlaVecOps& ops = detail::mla_vec_ops();
+  const int64_t r_kv = cache.layout.latent_dim, d_r = cache.layout.rope_dim;
+  const int64_t width = r_kv + d_r, num_heads = args.num_heads;
+  const int64_t d_n = args.nope_dim, d_v = args.v_dim;
+  const int64_t num_queries = keys.num_queries(), sel_width = keys.selection_width;
+  const int64_t num_threads = std::max(ctx.num_threads, 1);
+  const int64_t state_elems = num_heads * (d_v + 2);  // o [H, d_v], then m [H], l [H]
+
+  Carver carver(workspace);
+  float* state = carver.take<float>(num_queries * state_elems);
+  int32_t* sorted = carver.take<int32_t>(num_queries * sel_width);
+  int64_t* cursors = carver.take<int64_t>(num_queries);
+  float* records = carver.take<float>(kKeyBlock * width);
+  float* k_nope = carver.take<float>(num_heads * kKeyBlock * d_n);  // [H, kKeyBlock, d_n]
+  float* values = carver.take<float>(num_heads * kKeyBlock * d_v);  // [H, kKeyBlock, d_v]
+  float* thread_scratch = carver.take<float>(num_threads * 3 * kKeyBlock);
+
+  // Key range [0, key_end); each query's selection sorted ascending with −1 dropped, so that a
+  // key block meets a contiguous run of it.
+  int64_t key_end = 0;
+  for (int64_t i = 0; i < num_queries; ++i) {
+    float* st = state + i * state_elems;
+    std::fill_n(st, num_heads * d_v, 0.0f);
+    std::fill_n(st + num_heads * d_v, num_heads, kNegInf);
+    std::fill_n(st + num_heads * d_v + num_heads, num_heads, 0.0f);
+    cursors[i] = 0;
+    if (sel_width == 0) {
+      key_end = std::max<int64_t>(key_end, keys.positions[static_cast<size_t>(i)] + 1);
+      continue;
+    }
+    int32_t* row = sorted + i * sel_width;
+    int64_t num_valid = 0;
+    for (int64_t j = 0; j < sel_width; ++j) {
+      const int32_t pos = keys.selection[static_cast<size_t>(i * sel_width + j)];
+      DZ_DCHECK(pos <= keys.positions[static_cast<size_t>(i)], "selected a later position {}", pos);
+      if (pos >= 0) row[num_valid++] = pos;
+    }
+    std::sort(row, row + num_valid);
+    std::fill(row + num_valid, row + sel_width, std::numeric_limits<int32_t>::max());
+    if (num_valid > 0) key_end = std::max<int64_t>(key_end, row[num_valid - 1] + 1);
+  }
+
+  for (int64_t block_begin = 0; block_begin < key_end; block_begin += kKeyBlock) {
+    const int64_t block_keys = std::min(kKeyBlock, key_end - block_begin);
+    const int64_t block_end = block_begin + block_keys;
+    if (sel_width > 0) {  // skip a block no query selected from
+      bool needed = false;
+      for (int64_t i = 0; i < num_queries && !needed; ++i)
+        needed = cursors[i] < sel_width && sorted[i * sel_width + cursors[i]] < block_end;
+      if (!needed) continue;
+    }
+    for (int64_t k = 0; k < block_keys; ++k)
+      read_mla_record(cache.layout, cache.pool, slot_of_position(cache, block_begin + k),
+                      records + k * width);
+    // k_nope_h = W_UK_h c_kv, v_h = W_UV_h c_kv for every key of the block, FP32 (not rounded, so
+    // that this form agrees with the absorbed one to FP32 precision).
+    parallel_for(ctx, num_heads, 1, [&](int64_t h_begin, int64_t h_end) {
+      for (int64_t h = h_begin; h < h_end; ++h)
+        for (int64_t k = 0; k < block_keys; ++k) {
+          ops.dot_rows(records + k * width, args.w_uk + h * d_n * r_kv, r_kv, d_n, r_kv,
+                       k_nope + (h * kKeyBlock + k) * d_n);
+          ops.dot_rows(records + k * width, args.w_uv + h * d_v * r_kv, r_kv, d_v, r_kv,
+                       values + (h * kKeyBlock + k) * d_v);
+        }
+    });
+    parallel_for(ctx, num_queries, 1, [&](int64_t q_begin, int64_t q_end) {
+      const int64_t thread = omp_in_parallel() ? omp_get_thread_num() : 0;
+      float* scores = thread_scratch + thread * 3 * kKeyBlock;
+      float* rope_scores = scores + kKeyBlock;
+      float* allowed = rope_scores + kKeyBlock;  // 1 allowed, 0 not
+      for (int64_t i = q_begin; i < q_end; ++i) {
+        int64_t num_keys = 0;  // keys [block_begin, block_begin + num_keys) cover the allowed ones
+        if (sel_width == 0) {
+          num_keys = std::min(block_end, int64_t{keys.positions[static_cast<size_t>(i)]} + 1) -
+                     block_begin;
+          std::fill_n(allowed, std::max<int64_t>(num_keys, 0), 1.0f);
+        } else {
+          std::fill_n(allowed, block_keys, 0.0f);
+          const int32_t* row = sorted + i * sel_width;
+          for (int64_t& c = cursors[i]; c < sel_width && row[c] < block_end; ++c) {
+            allowed[row[c] - block_begin] = 1.0f;
+            num_keys = row[c] - block_begin + 1;
+          }
+        }
+        if (num_keys <= 0) continue;
+        float* st = state + i * state_elems;
+        for (int64_t h = 0; h < num_heads; ++h) {
+          const float* q_nope = args.q_nope + i * args.q_token_stride + h * args.q_head_stride;
+          const float* q_pe = args.q_pe + i * args.q_token_stride + h * args.q_head_stride;
+          ops.dot_rows(q_nope, k_nope + h * kKeyBlock * d_n, d_n, num_keys, d_n, scores);
+          ops.dot_rows(q_pe, records + r_kv, width, num_keys, d_r, rope_scores);
+          for (int64_t k = 0; k < num_keys; ++k)
+            scores[k] =
+                allowed[k] != 0 ? (scores[k] + rope_scores[k]) * args.softmax_scale : kNegInf;
+          online_softmax_step(ops, scores, num_keys, values + h * kKeyBlock * d_v, d_v, d_v,
+                              st[num_heads * d_v + h], st[num_heads * d_v + num_heads + h],
+                              st + h * d_v);
+        }
+      }
+    });
+  }
+
+  parallel_for(ctx, num_queries, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float* st = state + i * state_elems;
+      for (int64_t h = 0; h < num_heads; ++h) {
+        const float l = st[num_heads * d_v + num_heads + h];
+        DZ_CHECK(l > 0, "query {} has no keys", i);
+        for (int64_t c = 0; c < d_v; ++c)
+          args.out[(i * num_heads + h) * d_v + c] = st[h * d_v + c] / l;
+      }
+    }
+  });
+}
+
+}  // namespace dz::kernels
