@@ -1,33 +1,116 @@
 #include "dayzero/kernels/linear.h"
 
+#include <omp.h>
+
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <span>
+#include <tuple>
+
+#include <dnnl.hpp>
 
 #include "dayzero/core/aligned_buffer.h"
 #include "dayzero/core/logging.h"
 #include "dayzero/formats/code_checks.h"
 #include "dayzero/formats/codecs.h"
 #include "dayzero/formats/fp8_block.h"
+#include "dayzero/kernels/linear_kernels.h"
 #include "dayzero/kernels/linear_ref.h"
+
+// How forward() runs (each path is tested against linear_ref.cpp):
+// - BF16 weights: one oneDNN matmul, bf16 x × bf16 Wᵀ → f32 y, with Wᵀ reordered once at load
+//   into the blocked layout oneDNN picks for it (AMX/AVX-512 brgemm). One primitive per
+//   num_tokens, cached per weight; the blocked layout does not depend on num_tokens.
+// - FP8 weights, num_tokens < kFp8GemmMinTokens: the fused AVX-512 GEMV (linear_fp8_avx512.cpp),
+//   parallel over output rows.
+// - FP8 weights, more tokens: tiles of kTileRows output rows × all of K are dequantized into a
+//   per-thread workspace (BF16 when every scale is a power of two, so exact; FP32 otherwise) and
+//   multiplied by a single-threaded oneDNN matmul per tile, the tiles spread over the threads.
+// - No AVX-512, or scales that the fast paths cannot fold exactly: the scalar reference.
 
 namespace dz::kernels {
 
-struct LinearWeight::Impl {
-  int64_t out_features = 0;
-  int64_t in_features = 0;
-  bool fp8_block = false;
-  AlignedBuffer bf16;       // [out, in] BF16 codes (plain weights)
-  AlignedBuffer codes;      // [out, in] E4M3 codes (FP8 block weights)
-  AlignedBuffer scale_inv;  // [num_scale_rows, num_scale_cols] FP32
-  formats::Fp8BlockShape block;
-
-  const uint16_t* bf16_data() const { return reinterpret_cast<const uint16_t*>(bf16.data()); }
-  const uint8_t* code_data() const { return reinterpret_cast<const uint8_t*>(codes.data()); }
-  const float* scale_data() const { return reinterpret_cast<const float*>(scale_inv.data()); }
-};
+namespace detail {
+bool cpu_has_avx512() {
+  static const bool supported =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("f16c");
+  return supported;
+}
+}  // namespace detail
 
 namespace {
+
+using dnnl::memory;
+using Dt = memory::data_type;
+using Tag = memory::format_tag;
+
+constexpr int64_t kFp8GemmMinTokens = 16;
+constexpr int64_t kTileRows = 128;    // output rows per dequantized tile
+constexpr int64_t kTileTokens = 256;  // tokens per tile GEMM
+constexpr size_t kMaxCachedPrimitives = 64;
+
+// The one CPU engine; oneDNN engines are immutable handles.
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// Per-thread reusable buffers: activations in BF16, tiles, oneDNN scratchpads. Contents never
+// outlive one forward() call, so they carry no state between calls.
+struct ThreadScratch {
+  AlignedBuffer x_bf16, x_f32, tile, onednn;
+};
+thread_local ThreadScratch t_scratch;
+
+std::byte* ensure(AlignedBuffer& buffer, size_t size_bytes) {
+  if (buffer.size_bytes() < size_bytes) buffer = AlignedBuffer(size_bytes + size_bytes / 4);
+  return buffer.data();
+}
+
+// oneDNN's OpenMP runtime reads omp_get_max_threads() of the calling thread; this sets it to
+// ctx.num_threads for the duration of one forward() and restores it.
+class OmpThreads {
+ public:
+  explicit OmpThreads(int num_threads) : saved_(omp_get_max_threads()) {
+    omp_set_num_threads(num_threads < 1 ? 1 : num_threads);
+  }
+  ~OmpThreads() { omp_set_num_threads(saved_); }
+  OmpThreads(const OmpThreads&) = delete;
+  OmpThreads& operator=(const OmpThreads&) = delete;
+
+ private:
+  int saved_;
+};
+
+dnnl::primitive_attr user_scratchpad_attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+struct CachedMatmul {
+  dnnl::matmul primitive;
+  size_t scratchpad_bytes = 0;
+};
+
+void execute(const CachedMatmul& mm, const memory::desc& src_desc, const void* src,
+             const memory::desc& weights_desc, const void* weights, const memory::desc& dst_desc,
+             float* dst) {
+  const dnnl::engine& engine = cpu_engine();
+  dnnl::stream stream(engine);
+  std::byte* scratch = ensure(t_scratch.onednn, mm.scratchpad_bytes + 64);
+  memory::desc scratch_desc({static_cast<memory::dim>(mm.scratchpad_bytes)}, Dt::u8, Tag::a);
+  mm.primitive.execute(
+      stream, {{DNNL_ARG_SRC, memory(src_desc, engine, const_cast<void*>(src))},
+               {DNNL_ARG_WEIGHTS, memory(weights_desc, engine, const_cast<void*>(weights))},
+               {DNNL_ARG_DST, memory(dst_desc, engine, dst)},
+               {DNNL_ARG_SCRATCHPAD, memory(scratch_desc, engine, scratch)}});
+  stream.wait();
+}
 
 Status check_matrix(const TensorView& view, std::string_view what) {
   if (view.rank() != 2)
@@ -44,6 +127,94 @@ Status check_matrix(const TensorView& view, std::string_view what) {
 }
 
 }  // namespace
+
+struct LinearWeight::Impl {
+  int64_t out_features = 0;
+  int64_t in_features = 0;
+  bool fp8_block = false;
+
+  // BF16 weights: Wᵀ [in, out] as oneDNN's matmul B, in the layout it chose (weights_mem), or,
+  // when no oneDNN matmul exists for it, W [out, in] as BF16 codes for the reference (bf16).
+  memory::desc weights_desc;
+  memory weights_mem;
+  AlignedBuffer bf16;
+
+  // FP8 block weights: [out, in] E4M3 codes and [num_scale_rows, num_scale_cols] FP32 scales.
+  AlignedBuffer codes;
+  AlignedBuffer scale_inv;
+  formats::Fp8BlockShape block;
+  bool scales_pow2 = false;  // all powers of two: BF16 tiles are exact
+  bool fp8_fast = false;     // AVX-512 present and every scale foldable by 2^8 exactly
+
+  // Matmul primitives by (tokens, tile rows, FP32 tile?); creation is serialised, execution not.
+  mutable std::mutex mutex;
+  mutable std::map<std::tuple<int64_t, int64_t, bool>, CachedMatmul> primitives;
+
+  const uint8_t* code_data() const { return reinterpret_cast<const uint8_t*>(codes.data()); }
+  const float* scale_data() const { return reinterpret_cast<const float*>(scale_inv.data()); }
+
+  // The matmul for x [num_tokens, in] (bf16, or f32 when f32) · weights → y [num_tokens, n]
+  // with row stride ldy. n == 0: the whole BF16 weight in weights_desc.
+  const CachedMatmul* matmul_for(int64_t num_tokens, int64_t tile_rows, bool f32) const;
+
+  void repack_for_onednn();
+  void forward_bf16(const ExecContext& ctx, const float* x, int64_t num_tokens, float* y) const;
+  void forward_fp8_gemv(const ExecContext& ctx, const float* x, int64_t num_tokens, float* y) const;
+  void forward_fp8_tiles(const ExecContext& ctx, const float* x, int64_t num_tokens,
+                         float* y) const;
+};
+
+namespace {
+
+memory::desc tile_weights_desc(int64_t in, int64_t tile_rows, bool f32) {
+  // The tile is W rows [tile_rows, in] row-major, i.e. B = tileᵀ [in, tile_rows] in "ba".
+  return memory::desc({in, tile_rows}, f32 ? Dt::f32 : Dt::bf16, Tag::ba);
+}
+
+memory::desc dst_desc(int64_t num_tokens, int64_t cols, int64_t row_stride) {
+  return memory::desc({num_tokens, cols}, Dt::f32, memory::dims{row_stride, 1});
+}
+
+// Converts x [num_elems] to BF16 codes and/or BF16-valued floats in parallel.
+void round_activations(const ExecContext& ctx, const float* x, int64_t num_elems, uint16_t* bf16,
+                       float* f32) {
+  parallel_for(ctx, num_elems, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+    detail::round_to_bf16_avx512(x + begin, end - begin, bf16 ? bf16 + begin : nullptr,
+                                 f32 ? f32 + begin : nullptr);
+  });
+}
+
+}  // namespace
+
+// Moves the BF16 codes of impl.bf16 into oneDNN's preferred layout for Wᵀ; keeps them for the
+// reference when oneDNN has no BF16 matmul here.
+void LinearWeight::Impl::repack_for_onednn() {
+  Impl& impl = *this;
+  if (!detail::cpu_has_avx512()) return;
+  const int64_t out = impl.out_features, in = impl.in_features;
+  try {
+    const dnnl::engine& engine = cpu_engine();
+    const memory::desc plain({in, out}, Dt::bf16, Tag::ba);
+    // The blocked layout oneDNN picks does not depend on the token count (checked for 1..1000);
+    // matmul_for() asks for exactly this layout for every count and fails loudly otherwise.
+    const dnnl::matmul::primitive_desc pd(
+        dnnl::matmul::desc(memory::desc({64, in}, Dt::bf16, Tag::ab),
+                           memory::desc({in, out}, Dt::bf16, Tag::any),
+                           memory::desc({64, out}, Dt::f32, Tag::ab)),
+        user_scratchpad_attr(), engine);
+    impl.weights_desc = pd.weights_desc();
+    impl.weights_mem = memory(impl.weights_desc, engine);
+    memory plain_mem(plain, engine, impl.bf16.data());
+    dnnl::stream stream(engine);
+    dnnl::reorder(plain_mem, impl.weights_mem).execute(stream, plain_mem, impl.weights_mem);
+    stream.wait();
+    impl.bf16 = AlignedBuffer();
+  } catch (const dnnl::error& e) {
+    spdlog::warn("linear weight [{}, {}]: no oneDNN BF16 matmul ({}); using the reference", out, in,
+                 e.what());
+    impl.weights_mem = memory();
+  }
+}
 
 Result<LinearWeight> LinearWeight::from_float(const TensorView& weight) {
   DZ_RETURN_IF_ERROR(check_matrix(weight, "linear weight"));
@@ -77,6 +248,7 @@ Result<LinearWeight> LinearWeight::from_float(const TensorView& weight) {
   if (dtype != DType::kBF16)
     spdlog::debug("linear weight [{}, {}]: {} rounded to BF16 (RNE)", out_features, in_features,
                   dtype_name(dtype));
+  impl.repack_for_onednn();
   return result;
 }
 
@@ -135,6 +307,18 @@ Result<LinearWeight> LinearWeight::from_fp8_block(const TensorView& codes,
                         formats::unravel_index(s, expected_scale_shape),
                         expected_scale_shape.to_string());
   }
+  // Power-of-two scales in [2^-100, 2^100] keep every decoded product a BF16 value (4 significant
+  // bits, normal exponent) and every scale · 2^8 finite; the fast paths rely on both.
+  impl.scales_pow2 = true;
+  bool foldable = true;
+  for (int64_t s = 0; s < num_scales; ++s) {
+    int exponent = 0;
+    const float mantissa = std::frexp(std::fabs(scales[s]), &exponent);
+    if (scales[s] != 0.0f && (exponent < -100 || exponent > 100)) foldable = false;
+    if (scales[s] != 0.0f && mantissa != 0.5f) impl.scales_pow2 = false;
+  }
+  impl.scales_pow2 = impl.scales_pow2 && foldable;
+  impl.fp8_fast = foldable && detail::cpu_has_avx512();
   return result;
 }
 
@@ -165,15 +349,115 @@ bool LinearWeight::is_fp8_block() const {
 
 void LinearWeight::forward(const ExecContext& ctx, const float* x, int64_t num_tokens,
                            float* y) const {
-  (void)ctx;
   const Impl& impl = *impl_;
   DZ_CHECK(impl.out_features > 0, "forward on an empty LinearWeight");
   if (num_tokens <= 0) return;
+  OmpThreads threads(ctx.num_threads);
   if (impl.fp8_block) {
-    linear_fp8_block_ref(impl.code_data(), impl.scale_data(), impl.block, x, num_tokens, y);
+    if (!impl.fp8_fast)
+      linear_fp8_block_ref(impl.code_data(), impl.scale_data(), impl.block, x, num_tokens, y);
+    else if (num_tokens < kFp8GemmMinTokens)
+      impl.forward_fp8_gemv(ctx, x, num_tokens, y);
+    else
+      impl.forward_fp8_tiles(ctx, x, num_tokens, y);
+  } else if (!impl.weights_mem) {
+    linear_bf16_ref(reinterpret_cast<const uint16_t*>(impl.bf16.data()), impl.out_features,
+                    impl.in_features, x, num_tokens, y);
   } else {
-    linear_bf16_ref(impl.bf16_data(), impl.out_features, impl.in_features, x, num_tokens, y);
+    impl.forward_bf16(ctx, x, num_tokens, y);
   }
+}
+
+const CachedMatmul* LinearWeight::Impl::matmul_for(int64_t num_tokens, int64_t tile_rows,
+                                                   bool f32) const {
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(num_tokens, tile_rows, f32);
+  if (auto it = primitives.find(key); it != primitives.end()) return &it->second;
+  if (primitives.size() >= kMaxCachedPrimitives) primitives.clear();  // only idle ones are cached
+  const bool whole = tile_rows == 0;
+  const int64_t cols = whole ? out_features : tile_rows;
+  const memory::desc src({num_tokens, in_features}, f32 ? Dt::f32 : Dt::bf16, Tag::ab);
+  const memory::desc weights = whole ? weights_desc : tile_weights_desc(in_features, cols, f32);
+  const dnnl::matmul::primitive_desc pd(
+      dnnl::matmul::desc(src, weights, dst_desc(num_tokens, cols, out_features)),
+      user_scratchpad_attr(), cpu_engine());
+  CachedMatmul entry{dnnl::matmul(pd), pd.scratchpad_desc().get_size()};
+  return &primitives.emplace(key, std::move(entry)).first->second;
+}
+
+void LinearWeight::Impl::forward_bf16(const ExecContext& ctx, const float* x, int64_t num_tokens,
+                                      float* y) const {
+  const int64_t num_elems = num_tokens * in_features;
+  auto* x_bf16 = reinterpret_cast<uint16_t*>(
+      ensure(t_scratch.x_bf16, static_cast<size_t>(num_elems) * sizeof(uint16_t)));
+  round_activations(ctx, x, num_elems, x_bf16, nullptr);
+  const CachedMatmul* mm = matmul_for(num_tokens, 0, false);
+  execute(*mm, memory::desc({num_tokens, in_features}, Dt::bf16, Tag::ab), x_bf16, weights_desc,
+          weights_mem.get_data_handle(), dst_desc(num_tokens, out_features, out_features), y);
+}
+
+void LinearWeight::Impl::forward_fp8_gemv(const ExecContext& ctx, const float* x,
+                                          int64_t num_tokens, float* y) const {
+  const int64_t num_elems = num_tokens * in_features;
+  auto* x_f32 = reinterpret_cast<float*>(
+      ensure(t_scratch.x_f32, static_cast<size_t>(num_elems) * sizeof(float)));
+  round_activations(ctx, x, num_elems, nullptr, x_f32);
+  // Rows in chunks that keep every thread busy without splitting below a few KiB of codes.
+  const int64_t grain = std::max<int64_t>(
+      4, std::min<int64_t>(64, out_features / (4 * std::max(ctx.num_threads, 1))));
+  parallel_for(ctx, out_features, grain, [&](int64_t row_begin, int64_t row_end) {
+    for (int64_t t = 0; t < num_tokens; t += detail::kFp8GemvMaxTokens) {
+      const int64_t count = std::min(detail::kFp8GemvMaxTokens, num_tokens - t);
+      detail::fp8_gemv_rows_avx512(code_data(), scale_data(), block, x_f32 + t * in_features, count,
+                                   y + t * out_features, row_begin, row_end);
+    }
+  });
+}
+
+void LinearWeight::Impl::forward_fp8_tiles(const ExecContext& ctx, const float* x,
+                                           int64_t num_tokens, float* y) const {
+  const bool f32 = !scales_pow2;
+  const int64_t num_elems = num_tokens * in_features;
+  const void* src = nullptr;
+  if (f32) {
+    auto* x_f32 = reinterpret_cast<float*>(
+        ensure(t_scratch.x_f32, static_cast<size_t>(num_elems) * sizeof(float)));
+    round_activations(ctx, x, num_elems, nullptr, x_f32);
+    src = x_f32;
+  } else {
+    auto* x_bf16 = reinterpret_cast<uint16_t*>(
+        ensure(t_scratch.x_bf16, static_cast<size_t>(num_elems) * sizeof(uint16_t)));
+    round_activations(ctx, x, num_elems, x_bf16, nullptr);
+    src = x_bf16;
+  }
+  const size_t elem_bytes = f32 ? sizeof(float) : sizeof(uint16_t);
+  const int64_t num_row_tiles = (out_features + kTileRows - 1) / kTileRows;
+  const int64_t num_token_tiles = (num_tokens + kTileTokens - 1) / kTileTokens;
+  // Task = (row tile, token tile), token tiles innermost so a thread's consecutive tasks tend to
+  // share a row tile (it still dequantizes it once per task: cheap next to the GEMM).
+  parallel_for(ctx, num_row_tiles * num_token_tiles, 1, [&](int64_t task_begin, int64_t task_end) {
+    for (int64_t task = task_begin; task < task_end; ++task) {
+      const int64_t row_begin = (task / num_token_tiles) * kTileRows;
+      const int64_t rows = std::min(kTileRows, out_features - row_begin);
+      const int64_t token_begin = (task % num_token_tiles) * kTileTokens;
+      const int64_t tokens = std::min(kTileTokens, num_tokens - token_begin);
+      std::byte* tile =
+          ensure(t_scratch.tile, static_cast<size_t>(rows * in_features) * elem_bytes);
+      if (f32)
+        detail::fp8_dequantize_rows_f32_avx512(code_data(), scale_data(), block, row_begin,
+                                               row_begin + rows, reinterpret_cast<float*>(tile));
+      else
+        detail::fp8_dequantize_rows_bf16_avx512(code_data(), scale_data(), block, row_begin,
+                                                row_begin + rows,
+                                                reinterpret_cast<uint16_t*>(tile));
+      const CachedMatmul* mm = matmul_for(tokens, rows, f32);
+      execute(*mm, memory::desc({tokens, in_features}, f32 ? Dt::f32 : Dt::bf16, Tag::ab),
+              static_cast<const std::byte*>(src) +
+                  static_cast<size_t>(token_begin * in_features) * elem_bytes,
+              tile_weights_desc(in_features, rows, f32), tile, dst_desc(tokens, rows, out_features),
+              y + token_begin * out_features + row_begin);
+    }
+  });
 }
 
 void LinearWeight::dequantize(float* out) const {
@@ -187,7 +471,21 @@ void LinearWeight::dequantize(float* out) const {
         impl.block, std::span<float>(out, static_cast<size_t>(num_elems)));
     return;
   }
-  for (int64_t e = 0; e < num_elems; ++e) out[e] = formats::decode_bf16(impl.bf16_data()[e]);
+  AlignedBuffer plain_codes;
+  const uint16_t* codes = reinterpret_cast<const uint16_t*>(impl.bf16.data());
+  if (impl.weights_mem) {
+    // Back from oneDNN's layout: Wᵀ [in, out] in "ba" is W [out, in] row-major.
+    const dnnl::engine& engine = cpu_engine();
+    plain_codes = AlignedBuffer(static_cast<size_t>(num_elems) * sizeof(uint16_t));
+    memory plain(memory::desc({impl.in_features, impl.out_features}, Dt::bf16, Tag::ba), engine,
+                 plain_codes.data());
+    dnnl::stream stream(engine);
+    memory weights = impl.weights_mem;
+    dnnl::reorder(weights, plain).execute(stream, weights, plain);
+    stream.wait();
+    codes = reinterpret_cast<const uint16_t*>(plain_codes.data());
+  }
+  for (int64_t e = 0; e < num_elems; ++e) out[e] = formats::decode_bf16(codes[e]);
 }
 
 }  // namespace dz::kernels

@@ -7,6 +7,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -14,6 +16,7 @@
 
 #include "dayzero/formats/codecs.h"
 #include "dayzero/formats/fp8_block.h"
+#include "dayzero/kernels/linear_kernels.h"
 #include "dayzero/kernels/linear_ref.h"
 
 namespace dz::kernels {
@@ -98,7 +101,18 @@ struct Case {
 };
 // Odd sizes, block ± 1, partial scale tiles in both directions.
 const Case kCases[] = {{1, 1}, {3, 5}, {127, 129}, {130, 257}, {257, 300}, {320, 384}};
-const int64_t kTokenCounts[] = {1, 3, 17, 64};
+// 1–15 run the FP8 GEMV (9–15 in two passes), 16+ the dequantized tiles (300: two token tiles).
+const int64_t kTokenCounts[] = {1, 3, 11, 17, 64, 300};
+
+double rel_rms(const std::vector<float>& y, const std::vector<float>& ref) {
+  double err2 = 0.0, ref2 = 0.0;
+  for (size_t e = 0; e < y.size(); ++e) {
+    const double diff = static_cast<double>(y[e]) - ref[e];
+    err2 += diff * diff;
+    ref2 += static_cast<double>(ref[e]) * ref[e];
+  }
+  return std::sqrt(err2 / ref2);
+}
 
 TEST(LinearWeight, FromFloatRoundsToBf16) {
   const unsigned seed = std::random_device{}();
@@ -201,6 +215,10 @@ TEST(LinearWeight, Fp8ForwardMatchesFp64) {
         weight->forward(ctx, x.data(), num_tokens, y.data());
         EXPECT_LT(forward_rel_rms(*weight, x, num_tokens, y), kFp32Tolerance)
             << "[" << c.out << ", " << c.in << "] tokens " << num_tokens << " pow2 " << pow2;
+        std::vector<float> ref(y.size());
+        linear_fp8_block_ref(fp8.codes.data(), fp8.scales.data(), fp8.shape, x.data(), num_tokens,
+                             ref.data());
+        EXPECT_LT(rel_rms(y, ref), kFp32Tolerance) << "vs linear_fp8_block_ref";
       }
     }
   }
@@ -219,6 +237,70 @@ TEST(LinearWeight, Fp8OddBlockSizes) {
     std::vector<float> y(static_cast<size_t>(num_tokens * 70));
     weight->forward(ctx, x.data(), num_tokens, y.data());
     EXPECT_LT(forward_rel_rms(*weight, x, num_tokens, y), kFp32Tolerance) << num_tokens;
+  }
+}
+
+TEST(LinearWeight, SingleThreadMatchesManyThreads) {
+  std::mt19937 rng(11);
+  Fp8Weight fp8 = random_fp8(rng, 300, 256, 128, 128, true);
+  auto weight = load(fp8);
+  ASSERT_TRUE(weight.ok());
+  const std::vector<float> f32 = random_normal(rng, 300 * 256);
+  const LinearWeight plain = LinearWeight::from_f32_as_bf16(f32.data(), 300, 256);
+  for (int64_t num_tokens : {1, 40}) {
+    const std::vector<float> x = random_normal(rng, num_tokens * 256);
+    for (const LinearWeight* w : std::array<const LinearWeight*, 2>{&*weight, &plain}) {
+      std::vector<float> y1(static_cast<size_t>(num_tokens * 300)), y2(y1.size());
+      w->forward(ExecContext{1}, x.data(), num_tokens, y1.data());
+      w->forward(ExecContext{2}, x.data(), num_tokens, y2.data());
+      EXPECT_LT(rel_rms(y2, y1), kFp32Tolerance) << num_tokens;
+    }
+  }
+}
+
+TEST(LinearKernels, RoundToBf16MatchesTheCodec) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::vector<float> x = random_normal(rng, 1000, 100.0f);
+  // Ties, halfway cases, specials, subnormals, the largest finite value.
+  for (uint32_t bits : {0x3F808000u, 0x3F818000u, 0x7F7FFFFFu, 0xFF800000u, 0x7FC00001u,
+                        0xFFFFFFFFu, 0x00000001u, 0x80008000u, 0x007FFFFFu, 0x00000000u})
+    x.push_back(std::bit_cast<float>(bits));
+  x.push_back(1.0f);  // 1011 values: a masked tail
+  std::vector<uint16_t> codes(x.size());
+  std::vector<float> values(x.size());
+  detail::round_to_bf16_avx512(x.data(), static_cast<int64_t>(x.size()), codes.data(),
+                               values.data());
+  for (size_t e = 0; e < x.size(); ++e) {
+    ASSERT_EQ(codes[e], formats::encode_bf16(x[e])) << std::hex << std::bit_cast<uint32_t>(x[e]);
+    ASSERT_EQ(std::bit_cast<uint32_t>(values[e]), uint32_t{codes[e]} << 16);
+  }
+}
+
+TEST(LinearKernels, DequantizedTilesAreExact) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (bool pow2 : {true, false}) {
+    Fp8Weight fp8 = random_fp8(rng, 150, 200, 64, 48, pow2);
+    for (auto& c : fp8.codes)  // every finite code, signs and subnormals included
+      if (rng() % 4 == 0) c = static_cast<uint8_t>(rng() % 8 | (rng() % 2) << 7);
+    std::vector<float> expected(fp8.codes.size());
+    formats::dequantize_fp8_block(fp8.codes, fp8.scales, fp8.shape, expected);
+    const int64_t begin = 37, end = 150;
+    std::vector<float> f32(static_cast<size_t>((end - begin) * 200));
+    detail::fp8_dequantize_rows_f32_avx512(fp8.codes.data(), fp8.scales.data(), fp8.shape, begin,
+                                           end, f32.data());
+    for (size_t e = 0; e < f32.size(); ++e)
+      ASSERT_EQ(std::bit_cast<uint32_t>(f32[e]), std::bit_cast<uint32_t>(expected[begin * 200 + e]))
+          << e;
+    if (!pow2) continue;
+    std::vector<uint16_t> bf16(f32.size());
+    detail::fp8_dequantize_rows_bf16_avx512(fp8.codes.data(), fp8.scales.data(), fp8.shape, begin,
+                                            end, bf16.data());
+    for (size_t e = 0; e < bf16.size(); ++e)
+      ASSERT_EQ(formats::decode_bf16(bf16[e]), expected[begin * 200 + e]) << e;
   }
 }
 

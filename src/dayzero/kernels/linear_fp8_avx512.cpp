@@ -1,0 +1,162 @@
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_*() idiom
+// (GCC bug 105593); the warning is about the header, not this code.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <immintrin.h>
+
+#include "dayzero/kernels/linear_kernels.h"
+
+namespace dz::kernels::detail {
+namespace {
+
+// 16 FP16 lanes per 256 bits → two FP32 vectors each holding value · 2^-8 (see linear_fp8.h).
+// Sign-extending the byte puts the sign in bits 8..15; after << 7 bit 15 is the sign and bit 14 a
+// copy of it, which the mask clears, leaving eeee.mmm in bits 13..7.
+inline void decode_32(__m256i codes, __m512& lo, __m512& hi) {
+  __m512i h = _mm512_cvtepi8_epi16(codes);
+  h = _mm512_and_si512(_mm512_slli_epi16(h, 7), _mm512_set1_epi16(static_cast<int16_t>(0xBF80)));
+  lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+  hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+}
+
+inline __mmask32 tail_mask32(int64_t num_left) {
+  return num_left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << num_left) - 1);
+}
+
+template <int kTokens>
+void gemv_rows(const uint8_t* codes, const float* scale_inv, const formats::Fp8BlockShape& shape,
+               const float* x, float* y, int64_t row_begin, int64_t row_end) {
+  const int64_t in = shape.num_cols, out = shape.num_rows;
+  const int64_t num_scale_cols = shape.num_scale_cols();
+  for (int64_t i = row_begin; i < row_end; ++i) {
+    const uint8_t* w_row = codes + i * in;
+    const float* scale_row = scale_inv + (i / shape.block_rows) * num_scale_cols;
+    __m512 total[kTokens];
+    for (auto& v : total) v = _mm512_setzero_ps();
+    for (int64_t kb = 0; kb < num_scale_cols; ++kb) {
+      const int64_t col_begin = kb * shape.block_cols;
+      const int64_t col_end = col_begin + shape.block_cols < in ? col_begin + shape.block_cols : in;
+      __m512 acc[kTokens];
+      for (auto& v : acc) v = _mm512_setzero_ps();
+      for (int64_t j = col_begin; j < col_end; j += 32) {
+        const __mmask32 mask = tail_mask32(col_end - j);
+        __m512 w_lo, w_hi;
+        decode_32(_mm256_maskz_loadu_epi8(mask, w_row + j), w_lo, w_hi);
+        const auto mask_lo = static_cast<__mmask16>(mask);
+        const auto mask_hi = static_cast<__mmask16>(mask >> 16);
+        for (int t = 0; t < kTokens; ++t) {
+          const float* xt = x + t * in + j;
+          acc[t] = _mm512_fmadd_ps(w_lo, _mm512_maskz_loadu_ps(mask_lo, xt), acc[t]);
+          acc[t] = _mm512_fmadd_ps(w_hi, _mm512_maskz_loadu_ps(mask_hi, xt + 16), acc[t]);
+        }
+      }
+      const __m512 scale = _mm512_set1_ps(scale_row[kb]);
+      for (int t = 0; t < kTokens; ++t) total[t] = _mm512_fmadd_ps(acc[t], scale, total[t]);
+    }
+    // × 2^8 undoes the FP16 decode's 2^-8 exactly.
+    for (int t = 0; t < kTokens; ++t) y[t * out + i] = _mm512_reduce_add_ps(total[t]) * 256.0f;
+  }
+}
+
+template <typename Store>
+void dequantize_rows(const uint8_t* codes, const float* scale_inv,
+                     const formats::Fp8BlockShape& shape, int64_t row_begin, int64_t row_end,
+                     Store&& store) {
+  const int64_t in = shape.num_cols;
+  const int64_t num_scale_cols = shape.num_scale_cols();
+  for (int64_t i = row_begin; i < row_end; ++i) {
+    const uint8_t* w_row = codes + i * in;
+    const float* scale_row = scale_inv + (i / shape.block_rows) * num_scale_cols;
+    const int64_t out_row = (i - row_begin) * in;
+    for (int64_t kb = 0; kb < num_scale_cols; ++kb) {
+      const int64_t col_begin = kb * shape.block_cols;
+      const int64_t col_end = col_begin + shape.block_cols < in ? col_begin + shape.block_cols : in;
+      // (value · 2^-8) · (scale · 2^8): both factors exact, so the one rounding is that of
+      // value · scale, as in formats::dequantize_fp8_block.
+      const __m512 scale = _mm512_set1_ps(scale_row[kb] * 256.0f);
+      for (int64_t j = col_begin; j < col_end; j += 32) {
+        const __mmask32 mask = tail_mask32(col_end - j);
+        __m512 w_lo, w_hi;
+        decode_32(_mm256_maskz_loadu_epi8(mask, w_row + j), w_lo, w_hi);
+        store(out_row + j, _mm512_mul_ps(w_lo, scale), _mm512_mul_ps(w_hi, scale), mask);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void round_to_bf16_avx512(const float* x, int64_t num_elems, uint16_t* out, float* out_f32) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
+  const __m512i inf_bits = _mm512_set1_epi32(0x7F800000);
+  const __m512i nan_bf16 = _mm512_set1_epi32(0x7FC0);
+  for (int64_t e = 0; e < num_elems; e += 16) {
+    const int64_t num_left = num_elems - e;
+    const __mmask16 mask =
+        num_left >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << num_left) - 1);
+    const __m512i bits = _mm512_castps_si512(_mm512_maskz_loadu_ps(mask, x + e));
+    // RNE: add 0x7FFF plus the lowest kept bit, then drop 16 bits (overflow carries into Inf).
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    __m512i rounded = _mm512_srli_epi32(
+        _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+    const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(bits, abs_mask), inf_bits);
+    rounded = _mm512_mask_mov_epi32(rounded, is_nan, nan_bf16);
+    if (out != nullptr) _mm256_mask_storeu_epi16(out + e, mask, _mm512_cvtepi32_epi16(rounded));
+    if (out_f32 != nullptr)
+      _mm512_mask_storeu_ps(out_f32 + e, mask, _mm512_castsi512_ps(_mm512_slli_epi32(rounded, 16)));
+  }
+}
+
+void fp8_gemv_rows_avx512(const uint8_t* codes, const float* scale_inv,
+                          const formats::Fp8BlockShape& shape, const float* x, int64_t num_tokens,
+                          float* y, int64_t row_begin, int64_t row_end) {
+  switch (num_tokens) {
+    case 1:
+      return gemv_rows<1>(codes, scale_inv, shape, x, y, row_begin, row_end);
+    case 2:
+      return gemv_rows<2>(codes, scale_inv, shape, x, y, row_begin, row_end);
+    case 3:
+      return gemv_rows<3>(codes, scale_inv, shape, x, y, row_begin, row_end);
+    case 4:
+      return gemv_rows<4>(codes, scale_inv, shape, x, y, row_begin, row_end);
+    case 5:
+      return gemv_rows<5>(codes, scale_inv, shape, x, y, row_begin, row_end);
+    case 6:
+      return gemv_rows<6>(codes, scale_inv, shape, x, y, row_begin, row_end);
+    case 7:
+      return gemv_rows<7>(codes, scale_inv, shape, x, y, row_begin, row_end);
+    case 8:
+      return gemv_rows<8>(codes, scale_inv, shape, x, y, row_begin, row_end);
+    default:
+      __builtin_trap();
+  }
+}
+
+void fp8_dequantize_rows_bf16_avx512(const uint8_t* codes, const float* scale_inv,
+                                     const formats::Fp8BlockShape& shape, int64_t row_begin,
+                                     int64_t row_end, uint16_t* out) {
+  // The products are BF16 values (4 significant bits times a power of two), so dropping the low
+  // 16 bits is exact.
+  dequantize_rows(
+      codes, scale_inv, shape, row_begin, row_end,
+      [out](int64_t offset, __m512 lo, __m512 hi, __mmask32 mask) {
+        const __m256i lo16 = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(lo), 16));
+        const __m256i hi16 = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(hi), 16));
+        const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(lo16), hi16, 1);
+        _mm512_mask_storeu_epi16(out + offset, mask, both);
+      });
+}
+
+void fp8_dequantize_rows_f32_avx512(const uint8_t* codes, const float* scale_inv,
+                                    const formats::Fp8BlockShape& shape, int64_t row_begin,
+                                    int64_t row_end, float* out) {
+  dequantize_rows(codes, scale_inv, shape, row_begin, row_end,
+                  [out](int64_t offset, __m512 lo, __m512 hi, __mmask32 mask) {
+                    _mm512_mask_storeu_ps(out + offset, static_cast<__mmask16>(mask), lo);
+                    _mm512_mask_storeu_ps(out + offset + 16, static_cast<__mmask16>(mask >> 16),
+                                          hi);
+                  });
+}
+
+}  // namespace dz::kernels::detail

@@ -1,0 +1,42 @@
+#pragma once
+// Kernels behind LinearWeight (linear.h), internal to kernels/. The AVX-512
+// variants live in linear_fp8_avx512.cpp; linear_ref.cpp holds the scalar oracle they are tested
+// against. E4M3 is decoded exactly through FP16 (formats.md §6.2 + §6.3): FP16 bits
+// (code & 0x80) << 8 | (code & 0x7F) << 7 hold value · 2^-8 for every finite code, and VCVTPH2PS
+// widens them exactly; the 2^8 is folded back once per output (GEMV) or into the scale (tiles).
+
+#include <cstdint>
+
+#include "dayzero/formats/fp8_block.h"
+
+namespace dz::kernels::detail {
+
+// Whether this CPU runs the *_avx512 kernels (AVX-512 F/BW/VL/DQ and F16C); in linear.cpp.
+bool cpu_has_avx512();
+
+// out[e] = the BF16 code nearest x[e] (RNE, NaN → 0x7FC0, as formats::encode_bf16), and/or
+// out_f32[e] = its value; either output may be null.
+void round_to_bf16_avx512(const float* x, int64_t num_elems, uint16_t* out, float* out_f32);
+
+// Most tokens one GEMV pass keeps in registers; more are done in passes of this many.
+inline constexpr int64_t kFp8GemvMaxTokens = 8;
+
+// y[t, i] = Σ_j x[t, j] · W[i, j] for output rows i in [row_begin, row_end), W[i, j] =
+// decode(codes[i, j]) · scale_inv[i / block_rows, j / block_cols]. x [num_tokens, in] must already
+// hold BF16-valued floats; y is [num_tokens, out]. FP32 FMAs within a column block, the block's
+// sum times its scale added to an FP32 total. num_tokens <= kFp8GemvMaxTokens.
+void fp8_gemv_rows_avx512(const uint8_t* codes, const float* scale_inv,
+                          const formats::Fp8BlockShape& shape, const float* x, int64_t num_tokens,
+                          float* y, int64_t row_begin, int64_t row_end);
+
+// Rows [row_begin, row_end) of W, dequantized into out [row_end − row_begin, in] row-major, as
+// BF16 codes (only exact when every scale of those rows is a power of two: the caller checks) or
+// as FP32. Both equal formats::dequantize_fp8_block value for value.
+void fp8_dequantize_rows_bf16_avx512(const uint8_t* codes, const float* scale_inv,
+                                     const formats::Fp8BlockShape& shape, int64_t row_begin,
+                                     int64_t row_end, uint16_t* out);
+void fp8_dequantize_rows_f32_avx512(const uint8_t* codes, const float* scale_inv,
+                                    const formats::Fp8BlockShape& shape, int64_t row_begin,
+                                    int64_t row_end, float* out);
+
+}  // namespace dz::kernels::detail
