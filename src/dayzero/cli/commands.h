@@ -15,5 +15,11 @@ RunCommand add_inspect_command(CLI::App& app);
 RunCommand add_bench_command(CLI::App& app);
 // `dayzero tokenize --model DIR (--text T | --ids 1,2,3 | --batch FILE.json)`.
 RunCommand add_tokenize_command(CLI::App& app);
+// `dayzero logits --model DIR --token-ids 1,2,3 --output FILE.npy [--prefill-chunk N]
+// [--decode-from K] [--kv-cache-dtype fp8|bf16] [--threads N]`.
+RunCommand add_logits_command(CLI::App& app);
+// `dayzero generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P]
+// [--seed S]`.
+RunCommand add_generate_command(CLI::App& app);
 
 }  // namespace dz::cli

@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
   add(dz::cli::add_inspect_command);
   add(dz::cli::add_bench_command);
   add(dz::cli::add_tokenize_command);
+  add(dz::cli::add_logits_command);
+  add(dz::cli::add_generate_command);
 
   CLI11_PARSE(app, argc, argv);
   dz::init_logging(log_level);

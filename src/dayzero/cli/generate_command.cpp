@@ -1,0 +1,107 @@
+// `dayzero generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P]
+// [--seed S]`: one completion, streamed to stdout as tokens arrive (incomplete UTF-8 characters
+// held back until the next token), ending at an eos id of the checkpoint or after N tokens.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "dayzero/cli/commands.h"
+#include "dayzero/cli/model_args.h"
+#include "dayzero/core/logging.h"
+#include "dayzero/runtime/generation_config.h"
+#include "dayzero/runtime/sampler.h"
+#include "dayzero/runtime/single_sequence.h"
+#include "dayzero/runtime/utf8_stream.h"
+#include "dayzero/serve/tokenizer/tokenizer.h"
+
+namespace dz::cli {
+namespace {
+
+struct GenerateArgs {
+  ModelArgs model;
+  std::string prompt;
+  int64_t max_tokens = 128;
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  uint64_t seed = 0;
+};
+
+void write_out(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
+Status run(const GenerateArgs& args) {
+  runtime::SamplingParams sampling{
+      .temperature = args.temperature, .top_p = args.top_p, .seed = args.seed};
+  DZ_RETURN_IF_ERROR(runtime::validate_sampling_params(sampling));
+  DZ_ASSIGN_OR_RETURN(std::unique_ptr<serve::Tokenizer> tokenizer,
+                      serve::load_tokenizer(args.model.model_dir));
+  DZ_ASSIGN_OR_RETURN(runtime::GenerationDefaults defaults,
+                      runtime::load_generation_defaults(args.model.model_dir));
+  DZ_ASSIGN_OR_RETURN(std::vector<int32_t> prompt_ids, tokenizer->encode(args.prompt));
+  if (defaults.add_bos_token && defaults.bos_token_id)
+    prompt_ids.insert(prompt_ids.begin(), *defaults.bos_token_id);
+  if (prompt_ids.empty())
+    return make_error(StatusCode::kInvalidArgument, "--prompt: the prompt encodes to no tokens");
+
+  DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::CausalLm> model, load_model(args.model));
+  for (int32_t id : prompt_ids)
+    if (id >= model->vocab_size())
+      return make_error(StatusCode::kInvalidArgument,
+                        "the tokenizer produced id {}, outside the model's vocabulary [0, {})", id,
+                        model->vocab_size());
+  const ExecContext ctx = exec_context(args.model);
+  const auto num_prompt = static_cast<int64_t>(prompt_ids.size());
+  DZ_ASSIGN_OR_RETURN(
+      runtime::SingleSequence seq,
+      runtime::SingleSequence::create(*model, num_prompt + args.max_tokens, args.model.block_size));
+  runtime::Sampler sampler(sampling);
+  runtime::Utf8Stream text;
+  std::vector<float> logits;
+
+  auto start = std::chrono::steady_clock::now();
+  DZ_RETURN_IF_ERROR(seq.extend(ctx, prompt_ids, /*all_logits=*/false, logits));
+  auto prefill_end = std::chrono::steady_clock::now();
+  int64_t num_generated = 0;
+  while (num_generated < args.max_tokens) {
+    const int32_t token = sampler.sample(logits);
+    ++num_generated;
+    if (std::binary_search(defaults.eos_token_ids.begin(), defaults.eos_token_ids.end(), token))
+      break;
+    write_out(text.push(tokenizer->token_bytes(token).value_or("")));
+    if (num_generated == args.max_tokens) break;
+    DZ_RETURN_IF_ERROR(seq.extend(ctx, std::span<const int32_t>(&token, 1), false, logits));
+  }
+  write_out(text.finish() + "\n");
+  auto end = std::chrono::steady_clock::now();
+  auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  spdlog::info("prompt {} tokens in {:.3f} s; {} generated in {:.3f} s", num_prompt,
+               seconds(start, prefill_end), num_generated, seconds(prefill_end, end));
+  return Status::ok_status();
+}
+
+}  // namespace
+
+RunCommand add_generate_command(CLI::App& app) {
+  auto* command = app.add_subcommand("generate", "Complete a prompt, streamed to stdout");
+  auto args = std::make_shared<GenerateArgs>();
+  add_model_options(*command, args->model);
+  command->add_option("--prompt", args->prompt, "text to complete (no chat template)")->required();
+  command->add_option("--max-tokens", args->max_tokens, "most tokens to generate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command
+      ->add_option("--temperature", args->temperature, "0: greedy; otherwise softmax(logits / T)")
+      ->capture_default_str();
+  command->add_option("--top-p", args->top_p, "nucleus mass in (0, 1]")->capture_default_str();
+  command->add_option("--seed", args->seed, "sampler seed")->capture_default_str();
+  return [args] {
+    Status status = run(*args);
+    return status.ok() ? 0 : fail(status);
+  };
+}
+
+}  // namespace dz::cli

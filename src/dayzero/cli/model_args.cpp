@@ -1,0 +1,64 @@
+#include "dayzero/cli/model_args.h"
+
+#include <cstdio>
+#include <sstream>
+
+namespace dz::cli {
+
+void add_model_options(CLI::App& command, ModelArgs& args) {
+  command.add_option("--model", args.model_dir, "checkpoint folder (config.json, safetensors)")
+      ->required();
+  command
+      .add_option("--kv-cache-dtype", args.kv_cache_dtype,
+                  "MLA latent cache: fp8 (656-byte records, act_quant round trip) or bf16")
+      ->check(CLI::IsMember({"fp8", "bf16"}))
+      ->capture_default_str();
+  command.add_option("--threads", args.num_threads, "worker threads (0: all hardware threads)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  command.add_option("--block-size", args.block_size, "tokens per KV cache block")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+}
+
+ExecContext exec_context(const ModelArgs& args) {
+  return ExecContext{.num_threads =
+                         args.num_threads > 0 ? args.num_threads : default_num_threads()};
+}
+
+Result<std::unique_ptr<model::CausalLm>> load_model(const ModelArgs& args) {
+  model::ModelOptions options{.kv_cache_dtype = args.kv_cache_dtype == "bf16"
+                                                    ? kernels::KvCacheDtype::kBf16
+                                                    : kernels::KvCacheDtype::kFp8};
+  return model::load_causal_lm(args.model_dir, options);
+}
+
+Result<std::vector<int32_t>> parse_token_ids(const std::string& list, const char* flag) {
+  std::vector<int32_t> ids;
+  std::stringstream stream(list);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    size_t used = 0;
+    long long value = -1;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || value < 0 || value > INT32_MAX)
+      return make_error(StatusCode::kInvalidArgument,
+                        "{}: \"{}\" is not a token id (a non-negative integer)", flag, item);
+    ids.push_back(static_cast<int32_t>(value));
+  }
+  if (ids.empty() || (!list.empty() && list.back() == ','))
+    return make_error(StatusCode::kInvalidArgument,
+                      "{}: expected a comma-separated list of token ids, got \"{}\"", flag, list);
+  return ids;
+}
+
+int fail(const Status& status) {
+  std::fprintf(stderr, "error: %s\n", status.to_string().c_str());
+  return 1;
+}
+
+}  // namespace dz::cli

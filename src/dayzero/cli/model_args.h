@@ -1,0 +1,37 @@
+#pragma once
+// Options shared by the subcommands that run a model (`logits`, `generate`), spelled the same in
+// both (design README, "The command line"), and the small parsers they share.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "dayzero/core/parallel.h"
+#include "dayzero/core/status.h"
+#include "dayzero/model/causal_lm.h"
+
+namespace dz::cli {
+
+struct ModelArgs {
+  std::string model_dir;
+  std::string kv_cache_dtype = "fp8";
+  int num_threads = 0;  // 0: all hardware threads
+  int64_t block_size = 64;
+};
+
+// --model (required), --kv-cache-dtype, --threads, --block-size.
+void add_model_options(CLI::App& command, ModelArgs& args);
+
+ExecContext exec_context(const ModelArgs& args);
+// Loads the checkpoint (config, tensor checks, weights) with the parsed cache dtype.
+Result<std::unique_ptr<model::CausalLm>> load_model(const ModelArgs& args);
+
+// "1,2,3" → ids; refuses empty lists, non-integers and negative ids, naming the item.
+Result<std::vector<int32_t>> parse_token_ids(const std::string& list, const char* flag);
+
+// Prints "error: <message>" to stderr and returns the exit code 1.
+int fail(const Status& status);
+
+}  // namespace dz::cli

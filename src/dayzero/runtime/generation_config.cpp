@@ -1,0 +1,79 @@
+#include "dayzero/runtime/generation_config.h"
+
+#include <algorithm>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+namespace dz::runtime {
+namespace {
+
+using Json = nlohmann::json;
+
+// nullopt when the file does not exist.
+Result<std::optional<Json>> read_json(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return std::optional<Json>();
+  Json json = Json::parse(file, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.is_object())
+    return make_error(StatusCode::kInvalidArgument, "{}: not a JSON object", path);
+  return std::optional<Json>(std::move(json));
+}
+
+Status add_ids(const Json& object, const char* field, const std::string& path,
+               std::vector<int32_t>& ids) {
+  if (!object.contains(field) || object[field].is_null()) return Status::ok_status();
+  const Json& value = object[field];
+  auto add_one = [&](const Json& item) -> Status {
+    if (!item.is_number_integer() || item.get<int64_t>() < 0 || item.get<int64_t>() > INT32_MAX)
+      return make_error(StatusCode::kInvalidArgument,
+                        "{}: {} must be a non-negative integer or a list of them, got {}", path,
+                        field, value.dump());
+    ids.push_back(item.get<int32_t>());
+    return Status::ok_status();
+  };
+  if (value.is_array()) {
+    for (const Json& item : value) DZ_RETURN_IF_ERROR(add_one(item));
+    return Status::ok_status();
+  }
+  return add_one(value);
+}
+
+}  // namespace
+
+Result<GenerationDefaults> load_generation_defaults(const std::string& model_dir) {
+  GenerationDefaults out;
+  const std::string config_path = model_dir + "/config.json";
+  DZ_ASSIGN_OR_RETURN(std::optional<Json> config, read_json(config_path));
+  if (!config) return make_error(StatusCode::kNotFound, "{}: not found", config_path);
+  std::vector<const Json*> sources = {&*config};
+  if (config->contains("text_config") && (*config)["text_config"].is_object())
+    sources.push_back(&(*config)["text_config"]);
+  std::vector<int32_t> bos;
+  for (const Json* source : sources) {
+    DZ_RETURN_IF_ERROR(add_ids(*source, "eos_token_id", config_path, out.eos_token_ids));
+    DZ_RETURN_IF_ERROR(add_ids(*source, "bos_token_id", config_path, bos));
+  }
+  const std::string generation_path = model_dir + "/generation_config.json";
+  DZ_ASSIGN_OR_RETURN(std::optional<Json> generation, read_json(generation_path));
+  if (generation) {
+    DZ_RETURN_IF_ERROR(add_ids(*generation, "eos_token_id", generation_path, out.eos_token_ids));
+    DZ_RETURN_IF_ERROR(add_ids(*generation, "bos_token_id", generation_path, bos));
+  }
+  if (!bos.empty()) out.bos_token_id = bos.front();
+  const std::string tokenizer_path = model_dir + "/tokenizer_config.json";
+  DZ_ASSIGN_OR_RETURN(std::optional<Json> tokenizer, read_json(tokenizer_path));
+  if (tokenizer && tokenizer->contains("add_bos_token")) {
+    const Json& add = (*tokenizer)["add_bos_token"];
+    if (!add.is_boolean())
+      return make_error(StatusCode::kInvalidArgument, "{}: add_bos_token must be a boolean, got {}",
+                        tokenizer_path, add.dump());
+    out.add_bos_token = add.get<bool>();
+  }
+  std::sort(out.eos_token_ids.begin(), out.eos_token_ids.end());
+  out.eos_token_ids.erase(std::unique(out.eos_token_ids.begin(), out.eos_token_ids.end()),
+                          out.eos_token_ids.end());
+  return out;
+}
+
+}  // namespace dz::runtime
