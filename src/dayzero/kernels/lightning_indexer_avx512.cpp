@@ -1,0 +1,360 @@
+// AVX-512 lightning indexer. Keys are streamed chunk by chunk (16 keys of one block) and decoded
+// E4M3 → FP32 exactly (formats.md §6.4a: two 128-entry VPERMI2B byte tables give the BF16 high and
+// low bytes, which are the FP32 value's top two bytes); a tile of queries, each transposed to
+// [key_dim, heads] in FP32, is scored against the chunk as a small GEMM (heads × keys, FMA,
+// accumulators 64 heads × 6 keys), then ReLU, head weights and the key scale, and each query keeps
+// a bounded heap of its best k_t positions. Memory is O(tile · top_k), never O(L²).
+//
+// Everything here has internal linkage (see lightning_indexer_detail.h); the helpers with external
+// linkage it calls are compiled without AVX-512 flags.
+
+// GCC 12 reports its own _mm512_undefined_ps() inside the intrinsics headers as uninitialized.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstring>
+
+#include "dayzero/formats/decode_tables.h"
+#include "dayzero/kernels/lightning_indexer.h"
+#include "dayzero/kernels/lightning_indexer_detail.h"
+
+namespace dz::kernels {
+namespace {
+
+using indexer_detail::Avx512WorkerLayout;
+using indexer_detail::kChunkKeys;
+using indexer_detail::kTileQueries;
+using indexer_detail::ScoredPos;
+
+// BF16 high/low bytes of |decode(code)| for the 128 codes without the sign bit. Every E4M3 value
+// is exact in BF16 (3 mantissa bits), so BF16 bits << 16 are its FP32 bits.
+struct Bf16ByteTables {
+  std::array<uint8_t, 128> hi{};
+  std::array<uint8_t, 128> lo{};
+};
+
+constexpr Bf16ByteTables make_bf16_tables() {
+  Bf16ByteTables tables;
+  for (int code = 0; code < 128; ++code) {
+    const auto bits = std::bit_cast<uint32_t>(formats::kE4m3Values[static_cast<size_t>(code)]);
+    if ((bits & 0xFFFFu) != 0) throw "E4M3 value not exact in BF16";
+    tables.hi[static_cast<size_t>(code)] = static_cast<uint8_t>(bits >> 24);
+    tables.lo[static_cast<size_t>(code)] = static_cast<uint8_t>(bits >> 16);
+  }
+  return tables;
+}
+
+alignas(64) constexpr Bf16ByteTables kBf16Tables = make_bf16_tables();
+
+struct E4m3Decoder {
+  __m512i hi_lo_half, hi_hi_half, lo_lo_half, lo_hi_half, sign_bits;
+  __m512i spread[4];  // byte indices placing lo/hi of codes 16j..16j+15 in dwords
+
+  E4m3Decoder() {
+    hi_lo_half = _mm512_loadu_si512(kBf16Tables.hi.data());
+    hi_hi_half = _mm512_loadu_si512(kBf16Tables.hi.data() + 64);
+    lo_lo_half = _mm512_loadu_si512(kBf16Tables.lo.data());
+    lo_hi_half = _mm512_loadu_si512(kBf16Tables.lo.data() + 64);
+    sign_bits = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int j = 0; j < 4; ++j) {
+      alignas(64) std::array<uint8_t, 64> index{};
+      for (int i = 0; i < 16; ++i) {
+        index[static_cast<size_t>(4 * i + 2)] = static_cast<uint8_t>(16 * j + i);       // lo
+        index[static_cast<size_t>(4 * i + 3)] = static_cast<uint8_t>(64 + 16 * j + i);  // hi
+      }
+      spread[j] = _mm512_load_si512(index.data());
+    }
+  }
+
+  // out[0, 64) = decode(codes[0, 64)), exactly.
+  void decode64(const uint8_t* codes, float* out) const {
+    const __m512i c = _mm512_loadu_si512(codes);
+    __m512i hi = _mm512_permutex2var_epi8(hi_lo_half, c, hi_hi_half);  // index bits 0–6
+    const __m512i lo = _mm512_permutex2var_epi8(lo_lo_half, c, lo_hi_half);
+    hi = _mm512_ternarylogic_epi32(hi, c, sign_bits, 0xF8);  // hi | (c & 0x80)
+    for (size_t j = 0; j < 4; ++j) {
+      const __m512i bits = _mm512_maskz_permutex2var_epi8(0xCCCCCCCCCCCCCCCCull, lo, spread[j], hi);
+      _mm512_store_ps(out + 16 * j, _mm512_castsi512_ps(bits));
+    }
+  }
+};
+
+// partial[j] += Σ_{h in group} w_h · ReLU(q_h · k_j) for keys j < KG, heads of HV 16-lane vectors.
+// q_t: [key_dim, head_stride] at the group's first head; keys: [KG, key_dim].
+template <int HV, int KG>
+inline void score_key_group(const float* q_t, int64_t head_stride, const float* w,
+                            const float* keys, int64_t key_dim, float* partial) {
+  __m512 acc[HV][KG];
+#pragma GCC unroll 8
+  for (int hv = 0; hv < HV; ++hv)
+#pragma GCC unroll 8
+    for (int j = 0; j < KG; ++j) acc[hv][j] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < key_dim; ++d) {
+    __m512 q[HV];
+#pragma GCC unroll 8
+    for (int hv = 0; hv < HV; ++hv) q[hv] = _mm512_load_ps(q_t + d * head_stride + 16 * hv);
+#pragma GCC unroll 8
+    for (int j = 0; j < KG; ++j) {
+      const __m512 k = _mm512_set1_ps(keys[j * key_dim + d]);
+#pragma GCC unroll 8
+      for (int hv = 0; hv < HV; ++hv) acc[hv][j] = _mm512_fmadd_ps(q[hv], k, acc[hv][j]);
+    }
+  }
+  const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int j = 0; j < KG; ++j) {
+    __m512 sum = _mm512_mul_ps(_mm512_load_ps(w), _mm512_max_ps(acc[0][j], zero));
+#pragma GCC unroll 8
+    for (int hv = 1; hv < HV; ++hv)
+      sum = _mm512_fmadd_ps(_mm512_load_ps(w + 16 * hv), _mm512_max_ps(acc[hv][j], zero), sum);
+    partial[j] += _mm512_reduce_add_ps(sum);
+  }
+}
+
+template <int HV>
+void score_chunk_heads(const float* q_t, int64_t head_stride, const float* w, const float* keys,
+                       int64_t key_dim, float* partial) {
+  static_assert(kChunkKeys == 16);
+  score_key_group<HV, 6>(q_t, head_stride, w, keys, key_dim, partial);
+  score_key_group<HV, 6>(q_t, head_stride, w, keys + 6 * key_dim, key_dim, partial + 6);
+  score_key_group<HV, 4>(q_t, head_stride, w, keys + 12 * key_dim, key_dim, partial + 12);
+}
+
+// chunk_scores[j] = Σ_h w_h · ReLU(q_h · k_j) over all (padded) heads, for the kChunkKeys keys.
+void score_chunk(const float* q_t, int64_t padded_heads, const float* w, const float* keys,
+                 int64_t key_dim, float* chunk_scores) {
+  for (int64_t j = 0; j < kChunkKeys; ++j) chunk_scores[j] = 0.0f;
+  for (int64_t head = 0; head < padded_heads; head += 64) {
+    const float* q_group = q_t + head;
+    const float* w_group = w + head;
+    switch ((padded_heads - head) / 16) {
+      case 1:
+        score_chunk_heads<1>(q_group, padded_heads, w_group, keys, key_dim, chunk_scores);
+        break;
+      case 2:
+        score_chunk_heads<2>(q_group, padded_heads, w_group, keys, key_dim, chunk_scores);
+        break;
+      case 3:
+        score_chunk_heads<3>(q_group, padded_heads, w_group, keys, key_dim, chunk_scores);
+        break;
+      default:
+        score_chunk_heads<4>(q_group, padded_heads, w_group, keys, key_dim, chunk_scores);
+        break;
+    }
+  }
+}
+
+// A bounded max-heap whose top is the worst kept entry (the one every other ranks before).
+struct TopKHeap {
+  ScoredPos* entries = nullptr;
+  int64_t size = 0;
+  int64_t capacity = 0;
+
+  void sift_up(int64_t i) {
+    const ScoredPos moving = entries[i];
+    while (i > 0) {
+      const int64_t parent = (i - 1) / 2;
+      if (!indexer_detail::ranks_before(entries[parent], moving)) break;
+      entries[i] = entries[parent];
+      i = parent;
+    }
+    entries[i] = moving;
+  }
+  void sift_down_root() {
+    const ScoredPos moving = entries[0];
+    int64_t i = 0;
+    for (;;) {
+      int64_t child = 2 * i + 1;
+      if (child >= size) break;
+      if (child + 1 < size && indexer_detail::ranks_before(entries[child], entries[child + 1]))
+        ++child;
+      if (!indexer_detail::ranks_before(moving, entries[child])) break;
+      entries[i] = entries[child];
+      i = child;
+    }
+    entries[i] = moving;
+  }
+  void offer(ScoredPos candidate) {
+    if (size < capacity) {
+      entries[size] = candidate;
+      sift_up(size++);
+    } else if (indexer_detail::ranks_before(candidate, entries[0])) {
+      entries[0] = candidate;
+      sift_down_root();
+    }
+  }
+  bool full() const { return size == capacity; }
+  float worst_score() const { return indexer_detail::rank_of(entries[0].score); }
+};
+
+struct Worker {
+  const IndexKeyCache& keys;
+  const IndexerQueries& queries;
+  const Avx512WorkerLayout& layout;
+  const E4m3Decoder& decoder;
+  int64_t top_k;
+  std::byte* base;  // this worker's workspace slice
+
+  float* key_buffer() const { return reinterpret_cast<float*>(base + layout.keys_offset); }
+  float* q_t(int64_t i) const {
+    return reinterpret_cast<float*>(base + layout.q_offset) +
+           i * keys.layout.key_dim * layout.padded_heads;
+  }
+  float* weights(int64_t i) const {
+    return reinterpret_cast<float*>(base + layout.w_offset) + i * layout.padded_heads;
+  }
+  ScoredPos* heap_entries(int64_t i) const {
+    return reinterpret_cast<ScoredPos*>(base + layout.heap_offset) + i * top_k;
+  }
+
+  // Queries [query_begin, query_end) (at most kTileQueries) against the keys of blocks
+  // [block_begin, block_end) of the sequence; heap sizes come back in heap_sizes.
+  void run(int64_t query_begin, int64_t query_end, int64_t block_begin, int64_t block_end,
+           int64_t* heap_sizes) const;
+};
+
+void Worker::run(int64_t query_begin, int64_t query_end, int64_t block_begin, int64_t block_end,
+                 int64_t* heap_sizes) const {
+  const int64_t num_heads = queries.num_heads;
+  const int64_t padded_heads = layout.padded_heads;
+  const int64_t key_dim = keys.layout.key_dim;
+  const int64_t block_size = keys.layout.block_size;
+  const int64_t num_tile = query_end - query_begin;
+  std::array<TopKHeap, kTileQueries> heaps;
+  std::array<int64_t, kTileQueries> last_visible{};
+  int64_t max_last_visible = -1;
+  for (int64_t i = 0; i < num_tile; ++i) {
+    const int64_t t = query_begin + i;
+    last_visible[i] = queries.positions[static_cast<size_t>(t)];
+    max_last_visible = std::max(max_last_visible, last_visible[i]);
+    heaps[i] = TopKHeap{heap_entries(i), 0, std::min(top_k, last_visible[i] + 1)};
+    // q_t[d, h] = decode(q[h, d]); padding heads are zero and carry zero weight.
+    const uint8_t* codes = queries.q_codes + t * num_heads * key_dim;
+    float* qt = q_t(i);
+    float* w = weights(i);
+    for (int64_t d = 0; d < key_dim; ++d) {
+      for (int64_t h = 0; h < num_heads; ++h)
+        qt[d * padded_heads + h] = formats::kE4m3Values[codes[h * key_dim + d]];
+      for (int64_t h = num_heads; h < padded_heads; ++h) qt[d * padded_heads + h] = 0.0f;
+    }
+    for (int64_t h = 0; h < padded_heads; ++h)
+      w[h] = h < num_heads ? queries.head_weights[t * num_heads + h] : 0.0f;
+  }
+
+  float* key_buf = key_buffer();
+  alignas(64) float chunk_scores[kChunkKeys];
+  for (int64_t block = block_begin; block < block_end; ++block) {
+    const int64_t block_id = keys.block_table[static_cast<size_t>(block)];
+    const std::byte* block_base = keys.pool + block_id * keys.layout.block_bytes();
+    const auto* block_codes = reinterpret_cast<const uint8_t*>(block_base);
+    const auto* block_scales = reinterpret_cast<const float*>(block_base + block_size * key_dim);
+    for (int64_t offset = 0; offset < block_size; offset += kChunkKeys) {
+      const int64_t first_pos = block * block_size + offset;
+      if (first_pos > max_last_visible) break;
+      for (int64_t j = 0; j < kChunkKeys; ++j)
+        for (int64_t d = 0; d < key_dim; d += 64)
+          decoder.decode64(block_codes + (offset + j) * key_dim + d, key_buf + j * key_dim + d);
+      alignas(64) float key_scales[kChunkKeys];
+      std::memcpy(key_scales, block_scales + offset, sizeof(key_scales));
+      for (int64_t i = 0; i < num_tile; ++i) {
+        if (first_pos > last_visible[i]) continue;
+        score_chunk(q_t(i), padded_heads, weights(i), key_buf, key_dim, chunk_scores);
+        const __m512 scored =
+            _mm512_mul_ps(_mm512_load_ps(key_scales), _mm512_load_ps(chunk_scores));
+        _mm512_store_ps(chunk_scores, scored);
+        const int64_t num_visible = std::min(kChunkKeys, last_visible[i] - first_pos + 1);
+        auto candidates = static_cast<uint32_t>((uint64_t{1} << num_visible) - 1);
+        TopKHeap& heap = heaps[i];
+        // Once the heap is full only scores above its worst can enter (positions ascend, so an
+        // equal score loses the tie); the exact test is offer()'s.
+        if (heap.full())
+          candidates &= _mm512_cmp_ps_mask(scored, _mm512_set1_ps(heap.worst_score()), _CMP_GT_OQ);
+        while (candidates != 0) {
+          const int j = std::countr_zero(candidates);
+          candidates &= candidates - 1;
+          heap.offer(ScoredPos{chunk_scores[j], static_cast<int32_t>(first_pos + j)});
+        }
+      }
+    }
+  }
+  for (int64_t i = 0; i < num_tile; ++i) heap_sizes[i] = heaps[i].size;
+}
+
+}  // namespace
+
+void lightning_indexer_avx512(const ExecContext& ctx, const IndexKeyCache& keys,
+                              const IndexerQueries& queries, int64_t top_k,
+                              std::span<int32_t> selection, std::span<float> scores,
+                              std::span<std::byte> workspace) {
+  const int64_t num_queries = queries.num_queries();
+  const Avx512WorkerLayout layout =
+      indexer_detail::avx512_worker_layout(queries.num_heads, keys.layout.key_dim, top_k);
+  const E4m3Decoder decoder;
+  const int64_t num_threads = std::max(ctx.num_threads, 1);
+  const int64_t num_tiles = (num_queries + kTileQueries - 1) / kTileQueries;
+  const int64_t num_blocks =
+      (indexer_detail::max_visible_keys(queries) + keys.layout.block_size - 1) /
+      keys.layout.block_size;
+  auto worker_at = [&](int64_t w) {
+    return Worker{keys,   queries,
+                  layout, decoder,
+                  top_k,  workspace.data() + static_cast<size_t>(w) * layout.worker_bytes};
+  };
+  auto write_row = [&](int64_t t, ScoredPos* chosen, int64_t num_chosen) {
+    indexer_detail::write_selection_row(chosen, num_chosen, top_k, selection.data() + t * top_k,
+                                        scores.empty() ? nullptr : scores.data() + t * top_k);
+  };
+
+  const bool split_keys = num_tiles == 1 && num_threads > 1 && num_blocks >= 2 * num_threads;
+  if (!split_keys) {
+    // Prefill: tiles round-robin over workers (causal tiles grow with the position).
+    const int64_t num_workers = std::min(num_threads, num_tiles);
+    parallel_for(ctx, num_workers, 1, [&](int64_t worker_begin, int64_t worker_end) {
+      for (int64_t w = worker_begin; w < worker_end; ++w) {
+        const Worker worker = worker_at(w);
+        for (int64_t tile = w; tile < num_tiles; tile += num_workers) {
+          const int64_t query_begin = tile * kTileQueries;
+          const int64_t query_end = std::min(num_queries, query_begin + kTileQueries);
+          std::array<int64_t, kTileQueries> heap_sizes{};
+          worker.run(query_begin, query_end, 0, num_blocks, heap_sizes.data());
+          for (int64_t t = query_begin; t < query_end; ++t)
+            write_row(t, worker.heap_entries(t - query_begin), heap_sizes[t - query_begin]);
+        }
+      }
+    });
+    return;
+  }
+
+  // Decode (one tile, long context): the key blocks are split over the workers, each keeps its own
+  // heaps, and the heaps are merged per query at the end.
+  const int64_t num_workers = std::min(num_threads, indexer_detail::kMaxSplitWorkers);
+  auto* merged = reinterpret_cast<ScoredPos*>(workspace.data() + static_cast<size_t>(num_threads) *
+                                                                     layout.worker_bytes);
+  std::array<std::array<int64_t, kTileQueries>, indexer_detail::kMaxSplitWorkers> heap_sizes{};
+  parallel_for(ctx, num_workers, 1, [&](int64_t worker_begin, int64_t worker_end) {
+    for (int64_t w = worker_begin; w < worker_end; ++w) {
+      worker_at(w).run(0, num_queries, num_blocks * w / num_workers,
+                       num_blocks * (w + 1) / num_workers, heap_sizes[w].data());
+    }
+  });
+  for (int64_t t = 0; t < num_queries; ++t) {
+    int64_t num_merged = 0;
+    for (int64_t w = 0; w < num_workers; ++w) {
+      const ScoredPos* entries = worker_at(w).heap_entries(t);
+      std::memcpy(merged + num_merged, entries,
+                  static_cast<size_t>(heap_sizes[w][t]) * sizeof(ScoredPos));
+      num_merged += heap_sizes[w][t];
+    }
+    const int64_t num_chosen =
+        std::min(top_k, int64_t{queries.positions[static_cast<size_t>(t)]} + 1);
+    indexer_detail::keep_best(merged, num_merged, num_chosen);
+    write_row(t, merged, num_chosen);
+  }
+}
+
+}  // namespace dz::kernels
