@@ -395,8 +395,14 @@ Status DeepseekV32Model::forward(const ExecContext& ctx, const ForwardBatch& bat
   return Status::ok_status();
 }
 
+void DeepseekV32Model::final_norm(const ExecContext& ctx, const float* hidden, int64_t num_tokens,
+                                  float* out) const {
+  rms_norm_bf16(ctx, hidden, final_norm_, out, num_tokens, config_.hidden_size,
+                static_cast<float>(config_.rms_norm_eps));
+}
+
 Status DeepseekV32Model::mtp_logits(const ExecContext& ctx, const ForwardBatch& batch,
-                                    KvCache& cache, const float* main_hidden,
+                                    KvCache& cache, const float* main_final,
                                     std::span<const int64_t> logits_rows, float* out_logits,
                                     TapSink* taps) {
   if (mtp_ == nullptr)
@@ -419,7 +425,7 @@ Status DeepseekV32Model::mtp_logits(const ExecContext& ctx, const ForwardBatch& 
   std::vector<float> h(static_cast<size_t>(T * d));
   (mtp_->embed_tokens ? *mtp_->embed_tokens : embed_tokens_).lookup(batch.token_ids, e.data());
   rms_norm_bf16(ctx, e.data(), mtp_->enorm, e.data(), T, d, eps);
-  rms_norm_bf16(ctx, main_hidden, mtp_->hnorm, h.data(), T, d, eps);
+  rms_norm_bf16(ctx, main_final, mtp_->hnorm, h.data(), T, d, eps);
   std::vector<float> eh(static_cast<size_t>(T * 2 * d));  // [T, 2d]
   for (int64_t t = 0; t < T; ++t) {
     std::memcpy(eh.data() + t * 2 * d, e.data() + t * d, static_cast<size_t>(d) * sizeof(float));
@@ -429,6 +435,7 @@ Status DeepseekV32Model::mtp_logits(const ExecContext& ctx, const ForwardBatch& 
   std::vector<float> z(static_cast<size_t>(T * d));
   mtp_->eh_proj.forward(ctx, eh.data(), T, z.data());
   kernels::round_to_bf16(z.data(), T * d);
+  tap(taps, mtp_layer_id, "mtp_input", z.data(), {T, d});
   run_layer(ctx, *mtp_->layer, mtp_layer_id, batch, cache, z.data(), taps);
 
   const auto num_rows = static_cast<int64_t>(logits_rows.size());
@@ -437,8 +444,9 @@ Status DeepseekV32Model::mtp_logits(const ExecContext& ctx, const ForwardBatch& 
     std::memcpy(normed.data() + r * d, z.data() + logits_rows[static_cast<size_t>(r)] * d,
                 static_cast<size_t>(d) * sizeof(float));
   rms_norm_bf16(ctx, normed.data(), mtp_->shared_head_norm, normed.data(), num_rows, d, eps);
+  tap(taps, mtp_layer_id, "final_norm", normed.data(), {num_rows, d});
   (mtp_->head ? *mtp_->head : lm_head_).forward(ctx, normed.data(), num_rows, out_logits);
-  tap(taps, mtp_layer_id, "mtp_logits", out_logits, {num_rows, config_.vocab_size});
+  tap(taps, mtp_layer_id, "logits", out_logits, {num_rows, config_.vocab_size});
   return Status::ok_status();
 }
 

@@ -50,13 +50,19 @@ class DeepseekV32Model final : public CausalLm {
                     float* out_logits, TapSink* taps) const;
 
   bool has_mtp() const { return mtp_ != nullptr; }
-  // MTP (models.md §7.1): logits for token t+2 at every requested row. `batch` carries the next
-  // tokens x_{t+1} at the positions t of the main model's tokens (the MTP layer has its own caches,
-  // layer id num_hidden_layers); main_hidden [num_tokens, d] is forward_hidden()'s output at t
-  // (before the final norm: (unverified) in models.md §9).
+  // MTP (models.md §7.1): row t predicts token t+2 from h_t and x_{t+1}:
+  // z = eh_proj([enorm(Emb(x_{t+1})) ; hnorm(h_t)]) through the MTP decoder layer (layer id
+  // num_hidden_layers, with its own caches) at position t, then shared_head. `batch` carries the
+  // tokens x_{t+1} at the positions t; main_final [num_tokens, d] is the main model's model.norm
+  // output at t (what vLLM passes; pre- or post-norm is (unverified), models.md §9, and the
+  // reference's default is post-norm). Taps under layer num_hidden_layers: the decoder layer's,
+  // "mtp_input" (eh_proj output), "final_norm", "logits".
   Status mtp_logits(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
-                    const float* main_hidden, std::span<const int64_t> logits_rows,
+                    const float* main_final, std::span<const int64_t> logits_rows,
                     float* out_logits, TapSink* taps);
+  // out [num_tokens, d] = round_bf16(model.norm(hidden)).
+  void final_norm(const ExecContext& ctx, const float* hidden, int64_t num_tokens,
+                  float* out) const;
 
   const DeepseekV32Config& config() const { return config_; }
 
