@@ -48,8 +48,7 @@ int64_t max_visible_keys(const IndexerQueries& queries) {
 
 void write_selection_row(ScoredPos* chosen, int64_t num_chosen, int64_t top_k, int32_t* sel_row,
                          float* score_row) {
-  std::sort(chosen, chosen + num_chosen,
-            [](const ScoredPos& a, const ScoredPos& b) { return a.pos < b.pos; });
+  std::sort(chosen, chosen + num_chosen, ranks_before);
   for (int64_t i = 0; i < top_k; ++i) {
     const bool used = i < num_chosen;
     sel_row[i] = used ? chosen[i].pos : -1;

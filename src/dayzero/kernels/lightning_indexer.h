@@ -49,10 +49,10 @@ size_t lightning_indexer_workspace_bytes(const ExecContext& ctx, const IndexKeyC
 // block_size multiples of 16).
 bool lightning_indexer_avx512_available(const IndexKeyCache& keys);
 
-// selection [num_queries, top_k]: the k_t chosen positions of each query in ascending order, then
-// −1. scores [num_queries, top_k] (optional, may be empty): I[t, s] of each chosen position, −inf
-// in the padding. NaN scores rank as −∞. workspace: lightning_indexer_workspace_bytes(), 64-byte
-// aligned.
+// selection [num_queries, top_k]: the k_t chosen positions of each query in rank order (score
+// descending, then position ascending: as torch.topk and python/dayzero_ref), then −1. scores
+// [num_queries, top_k] (optional, may be empty): I[t, s] of each chosen position, −inf in the
+// padding. NaN scores rank as −∞. workspace: lightning_indexer_workspace_bytes(), 64-byte aligned.
 void lightning_indexer(const ExecContext& ctx, const IndexKeyCache& keys,
                        const IndexerQueries& queries, int64_t top_k, std::span<int32_t> selection,
                        std::span<float> scores, std::span<std::byte> workspace,

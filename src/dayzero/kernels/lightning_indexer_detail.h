@@ -53,8 +53,8 @@ size_t ref_worker_bytes(int64_t num_heads, int64_t key_dim, int64_t max_visible)
 // Number of visible keys of the longest query (max position + 1).
 int64_t max_visible_keys(const IndexerQueries& queries);
 
-// Writes one output row from its chosen entries (any order; sorted in place by position): the
-// positions ascending then −1, and (if score_row is not null) their scores then −inf.
+// Writes one output row from its chosen entries (any order; sorted in place by rank): the
+// positions in rank order then −1, and (if score_row is not null) their scores then −inf.
 void write_selection_row(ScoredPos* chosen, int64_t num_chosen, int64_t top_k, int32_t* sel_row,
                          float* score_row);
 
