@@ -48,8 +48,13 @@ using dnnl::memory;
 using Dt = memory::data_type;
 using Tag = memory::format_tag;
 
-constexpr int64_t kFp8GemmMinTokens = 16;
-constexpr int64_t kTileRows = 128;    // output rows per dequantized tile
+// GEMV below this many tokens: its cost grows with tokens (2 FMAs and 2 loads per token per 32
+// codes) while the tile path pays a fixed dequantization per weight and then runs on AMX; they
+// crossed between 4 and 8 tokens on the development machine (performance.md).
+constexpr int64_t kFp8GemmMinTokens = 6;
+// Output rows per dequantized tile: 64 × 7168 BF16 is 0.9 MiB, half the L2, leaving room for
+// oneDNN's packed copy of it.
+constexpr int64_t kTileRows = 64;
 constexpr int64_t kTileTokens = 256;  // tokens per tile GEMM
 constexpr size_t kMaxCachedPrimitives = 64;
 
