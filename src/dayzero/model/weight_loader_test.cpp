@@ -1,0 +1,189 @@
+#include "dayzero/model/weight_loader.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "dayzero/formats/codecs.h"
+
+namespace dz::model {
+namespace {
+
+struct RawTensor {
+  std::string name;
+  std::string dtype;  // safetensors spelling
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+
+// A safetensors file; `skew_bytes` of padding before the first tensor make every 2- and 4-byte
+// tensor misaligned when odd.
+std::string safetensors_bytes(const std::vector<RawTensor>& tensors, size_t skew_bytes) {
+  std::string header = "{";
+  std::string data(skew_bytes, '\0');
+  if (skew_bytes > 0)
+    header += fmt::format(R"("pad":{{"dtype":"U8","shape":[{}],"data_offsets":[0,{}]}})",
+                          skew_bytes, skew_bytes);
+  for (const RawTensor& t : tensors) {
+    if (header.size() > 1) header += ",";
+    header +=
+        fmt::format(R"("{}":{{"dtype":"{}","shape":[{}],"data_offsets":[{},{}]}})", t.name, t.dtype,
+                    fmt::join(t.shape, ","), data.size(), data.size() + t.bytes.size());
+    data += t.bytes;
+  }
+  header += "}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  uint64_t header_bytes = header.size();
+  std::memcpy(out.data(), &header_bytes, 8);
+  return out + header + data;
+}
+
+template <typename T>
+std::string as_bytes(const std::vector<T>& values) {
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+}
+
+class WeightLoaderTest : public ::testing::TestWithParam<size_t> {
+ protected:
+  void SetUp() override {
+    dir_ = (std::filesystem::temp_directory_path() /
+            fmt::format("dz_weight_loader_test_{}_{}", ::getpid(), std::random_device{}()))
+               .string();
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::vector<float> random_floats(size_t count) {
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> v(count);
+    for (float& x : v) x = dist(rng_);
+    return v;
+  }
+  // BF16 codes of random values, and the values they hold.
+  std::pair<std::string, std::vector<float>> random_bf16(size_t count) {
+    std::vector<uint16_t> codes;
+    std::vector<float> values;
+    for (float x : random_floats(count)) {
+      codes.push_back(formats::encode_bf16(x));
+      values.push_back(formats::decode_bf16(codes.back()));
+    }
+    return {as_bytes(codes), values};
+  }
+
+  formats::Checkpoint open(const std::vector<RawTensor>& tensors) {
+    std::string bytes = safetensors_bytes(tensors, GetParam());
+    std::ofstream(dir_ + "/model.safetensors", std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    Result<formats::Checkpoint> checkpoint = formats::Checkpoint::open(dir_);
+    EXPECT_TRUE(checkpoint.ok()) << checkpoint.status().to_string();
+    return std::move(checkpoint).value();
+  }
+
+  std::string dir_;
+  std::mt19937 rng_{GetParam() + 11};
+};
+
+TEST_P(WeightLoaderTest, FloatsWidenEveryDtypeExactly) {
+  auto [bf16_bytes, bf16_values] = random_bf16(37);
+  std::vector<float> f32 = random_floats(5);
+  std::vector<uint16_t> f16_codes;
+  std::vector<float> f16_values;
+  for (float x : random_floats(9)) {
+    f16_codes.push_back(formats::encode_fp16(x));
+    f16_values.push_back(formats::decode_fp16(f16_codes.back()));
+  }
+  formats::Checkpoint ckpt = open({{"a", "BF16", {37}, bf16_bytes},
+                                   {"b", "F32", {5}, as_bytes(f32)},
+                                   {"c", "F16", {3, 3}, as_bytes(f16_codes)}});
+  WeightLoader loader(ckpt, {});
+  EXPECT_EQ(*loader.floats("a", 37), bf16_values);
+  EXPECT_EQ(*loader.floats("b", 5), f32);
+  EXPECT_EQ(*loader.floats("c", 9), f16_values);
+  EXPECT_EQ(loader.floats("a", 36).status().message(),
+            "tensor \"a\": has 37 elements ([37]), expected 36");
+  EXPECT_EQ(loader.floats("zz", 1).status().message(),
+            fmt::format("tensor \"zz\": missing from the checkpoint in {}", dir_));
+}
+
+TEST_P(WeightLoaderTest, PlainLinearHoldsTheStoredValues) {
+  auto [bytes, values] = random_bf16(7 * 13);
+  formats::Checkpoint ckpt = open({{"m.weight", "BF16", {7, 13}, bytes}});
+  Result<kernels::LinearWeight> linear = WeightLoader(ckpt, {}).linear("m");
+  ASSERT_TRUE(linear.ok()) << linear.status().to_string();
+  EXPECT_EQ(linear->out_features(), 7);
+  EXPECT_EQ(linear->in_features(), 13);
+  EXPECT_FALSE(linear->is_fp8_block());
+  std::vector<float> dense(7 * 13);
+  linear->dequantize(dense.data());
+  EXPECT_EQ(dense, values);
+}
+
+TEST_P(WeightLoaderTest, Fp8LinearDequantizesPerBlockWithPartialEdgeTiles) {
+  // [130, 200] in 128×128 blocks: scale_inv [2, 2], the last row and column tiles partial.
+  const int64_t out = 130, in = 200;
+  std::vector<uint8_t> codes(static_cast<size_t>(out * in));
+  for (uint8_t& c : codes) {
+    do c = static_cast<uint8_t>(rng_() & 0xFF);
+    while ((c & 0x7F) == 0x7F);  // no NaN
+  }
+  std::vector<float> scale = {0.5f, 0.013f, 3.0f, 0.25f};  // not all powers of two
+  formats::Checkpoint ckpt = open({{"m.weight", "F8_E4M3", {out, in}, as_bytes(codes)},
+                                   {"m.weight_scale_inv", "F32", {2, 2}, as_bytes(scale)}});
+  formats::QuantizationConfig quant;
+  quant.method = formats::QuantMethod::kFp8Block;
+  quant.block_rows = 128;
+  quant.block_cols = 128;
+  Result<kernels::LinearWeight> linear = WeightLoader(ckpt, quant).linear("m");
+  ASSERT_TRUE(linear.ok()) << linear.status().to_string();
+  EXPECT_TRUE(linear->is_fp8_block());
+  std::vector<float> dense(static_cast<size_t>(out * in));
+  linear->dequantize(dense.data());
+  for (int64_t i = 0; i < out; ++i)
+    for (int64_t j = 0; j < in; ++j) {
+      const auto k = static_cast<size_t>(i * in + j);
+      ASSERT_EQ(dense[k], formats::decode_e4m3_int(codes[k]) *
+                              scale[static_cast<size_t>(i / 128 * 2 + j / 128)])
+          << i << "," << j;
+    }
+}
+
+TEST_P(WeightLoaderTest, Fp8WeightWithoutScaleIsRefusedByName) {
+  std::vector<uint8_t> codes(4, 0x38);
+  formats::Checkpoint ckpt = open({{"m.weight", "F8_E4M3", {2, 2}, as_bytes(codes)}});
+  EXPECT_EQ(WeightLoader(ckpt, {}).linear("m").status().message(),
+            fmt::format("tensor \"m.weight_scale_inv\": missing from the checkpoint in {}", dir_));
+}
+
+TEST_P(WeightLoaderTest, EmbeddingLooksUpRowsAndComparesBytes) {
+  auto [bytes, values] = random_bf16(6 * 4);
+  formats::Checkpoint ckpt = open({{"e", "BF16", {6, 4}, bytes},
+                                   {"copy", "BF16", {6, 4}, bytes},
+                                   {"other", "BF16", {6, 4}, random_bf16(24).first}});
+  WeightLoader loader(ckpt, {});
+  Result<Embedding> e = loader.embedding("e");
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  EXPECT_EQ(e->num_rows(), 6);
+  EXPECT_EQ(e->dim(), 4);
+  std::vector<int32_t> ids = {5, 0, 5, 2};
+  std::vector<float> rows(ids.size() * 4);
+  e->lookup(ids, rows.data());
+  for (size_t t = 0; t < ids.size(); ++t)
+    for (size_t j = 0; j < 4; ++j)
+      EXPECT_EQ(rows[t * 4 + j], values[static_cast<size_t>(ids[t]) * 4 + j]);
+  EXPECT_TRUE(loader.same_bytes("e", "copy"));
+  EXPECT_FALSE(loader.same_bytes("e", "other"));
+  EXPECT_FALSE(loader.same_bytes("e", "missing"));
+}
+
+// Skew 0: every tensor aligned; skew 1: every BF16/F32 tensor misaligned in the mapping.
+INSTANTIATE_TEST_SUITE_P(Alignment, WeightLoaderTest, ::testing::Values(0u, 1u));
+
+}  // namespace
+}  // namespace dz::model
