@@ -20,10 +20,13 @@ struct MlpWeights {
   kernels::LinearWeight down_proj;  // [d, inter]  (w2)
 };
 
-// out [num_tokens, d] = down(silu(gate(x)) ⊙ up(x)); the product in FP32, rounded to BF16 before
-// down_proj as the reference's BF16 activations are.
+// out [num_tokens, d] = down(silu(gate(x)) ⊙ up(x)); gate and up outputs rounded to BF16, the
+// product in FP32, rounded to BF16 before down_proj as the reference's BF16 activations are. out
+// is FP32, not rounded: a dense FFN rounds it like any linear output, MoE sums it in FP32 first.
 void swiglu_mlp_forward(const ExecContext& ctx, const MlpWeights& weights, const float* x,
                         int64_t num_tokens, float* out, Arena& scratch);
+// What swiglu_mlp_forward takes from `scratch` for at most max_tokens tokens.
+size_t swiglu_mlp_scratch_bytes(const MlpWeights& weights, int64_t max_tokens);
 
 struct MoeConfig {
   int64_t num_experts = 0;
@@ -56,11 +59,16 @@ void route_grouped_sigmoid(const ExecContext& ctx, const MoeConfig& config,
 
 class MoeBlock {
  public:
+  // Weights are checked against config with DZ_CHECK: the loader has validated shapes already.
   MoeBlock(MoeConfig config, MoeWeights weights);
   const MoeConfig& config() const { return config_; }
+  // What forward() takes from `scratch` for a step of at most max_tokens tokens.
+  size_t scratch_bytes(int64_t max_tokens) const;
 
   // out [num_tokens, d] = Σ_e w_e·Expert_e(x) + Σ shared(x), x the FFN input after the post-
-  // attention norm. `forced_routing` (tests): use these decisions instead of routing.
+  // attention norm; summed in FP32 and rounded to BF16 once. Each expert runs one GEMM over the
+  // tokens routed to it; experts without tokens are skipped. Taps "router_scores" [T, E].
+  // `forced_routing` (tests): use these decisions instead of routing.
   void forward(const ExecContext& ctx, const float* x, int64_t num_tokens, float* out,
                Arena& scratch, TapSink* taps, int layer_id,
                const RoutingResult* forced_routing = nullptr) const;
@@ -68,6 +76,12 @@ class MoeBlock {
  private:
   MoeConfig config_;
   MoeWeights weights_;
+  int64_t hidden_size_ = 0;
+  int64_t max_intermediate_ = 0;  // widest gate_proj among routed and shared experts
+  // The router as a BF16 linear (exact: the gate weight is BF16-valued), for a fast FP32-
+  // accumulating x·Wgᵀ; empty if some gate value is not BF16, then the scalar loop runs.
+  kernels::LinearWeight router_;
+  bool router_is_bf16_ = false;
 };
 
 }  // namespace dz::model

@@ -1,0 +1,269 @@
+#include "dayzero/model/blocks/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "dayzero/core/check.h"
+#include "dayzero/formats/codecs.h"
+#include "dayzero/kernels/norms.h"
+
+namespace dz::model {
+namespace {
+
+float* take_floats(Arena& scratch, int64_t num_elems) {
+  return reinterpret_cast<float*>(
+      scratch.allocate(static_cast<size_t>(num_elems) * sizeof(float)).data());
+}
+
+size_t floats_bytes(int64_t num_elems) {
+  // Arena rounds every allocation up to its 64-byte alignment.
+  return (static_cast<size_t>(num_elems) * sizeof(float) + 63) / 64 * 64;
+}
+
+// swiglu_mlp_forward with caller-provided gate/up buffers [num_tokens, inter].
+void swiglu_into(const ExecContext& ctx, const MlpWeights& weights, const float* x,
+                 int64_t num_tokens, float* out, float* gate, float* up) {
+  const int64_t inter = weights.gate_proj.out_features();
+  const int64_t num_elems = num_tokens * inter;
+  weights.gate_proj.forward(ctx, x, num_tokens, gate);
+  weights.up_proj.forward(ctx, x, num_tokens, up);
+  parallel_for(ctx, num_elems, int64_t{1} << 14, [&](int64_t begin, int64_t end) {
+    for (int64_t e = begin; e < end; ++e) {
+      const float g = formats::round_to_bf16(gate[e]);
+      const float u = formats::round_to_bf16(up[e]);
+      const float silu = g / (1.0f + std::exp(-g));
+      gate[e] = formats::round_to_bf16(silu * u);
+    }
+  });
+  weights.down_proj.forward(ctx, gate, num_tokens, out);
+}
+
+// Indices [0, n) ordered by value descending, ties to the lower index; only the first k sorted.
+void top_k_indices(const float* values, int64_t n, int64_t k, std::vector<int32_t>& order) {
+  order.resize(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [values](int32_t a, int32_t b) {
+    return values[a] > values[b] || (values[a] == values[b] && a < b);
+  });
+}
+
+// §6.1 from router logits [num_tokens, E]: fills result.scores/expert_ids/weights.
+void route_from_logits(const ExecContext& ctx, const MoeConfig& config, const float* bias,
+                       const float* logits, int64_t num_tokens, RoutingResult& result) {
+  const int64_t num_experts = config.num_experts, k = config.num_experts_per_tok;
+  const int64_t group_size = num_experts / config.n_group;
+  const bool grouped = config.n_group > 1 && config.topk_group < config.n_group;
+  result.scores.resize(static_cast<size_t>(num_tokens * num_experts));
+  result.expert_ids.resize(static_cast<size_t>(num_tokens * k));
+  result.weights.resize(static_cast<size_t>(num_tokens * k));
+  parallel_for(ctx, num_tokens, 16, [&](int64_t begin, int64_t end) {
+    std::vector<float> biased(static_cast<size_t>(num_experts));
+    std::vector<float> group_scores(static_cast<size_t>(config.n_group));
+    std::vector<int32_t> order;
+    for (int64_t t = begin; t < end; ++t) {
+      float* scores = result.scores.data() + t * num_experts;
+      for (int64_t e = 0; e < num_experts; ++e) {
+        scores[e] = 1.0f / (1.0f + std::exp(-logits[t * num_experts + e]));
+        biased[e] = scores[e] + (bias != nullptr ? bias[e] : 0.0f);
+      }
+      if (grouped) {
+        // A group's score is the sum of its two best biased scores (one if it has one expert).
+        for (int64_t g = 0; g < config.n_group; ++g) {
+          const float* group = biased.data() + g * group_size;
+          top_k_indices(group, group_size, std::min<int64_t>(2, group_size), order);
+          group_scores[g] = group[order[0]] + (group_size > 1 ? group[order[1]] : 0.0f);
+        }
+        top_k_indices(group_scores.data(), config.n_group, config.topk_group, order);
+        std::vector<bool> kept(static_cast<size_t>(config.n_group), false);
+        for (int64_t i = 0; i < config.topk_group; ++i) kept[order[i]] = true;
+        for (int64_t e = 0; e < num_experts; ++e)
+          if (!kept[e / group_size]) biased[e] = -std::numeric_limits<float>::infinity();
+      }
+      top_k_indices(biased.data(), num_experts, k, order);
+      int32_t* ids = result.expert_ids.data() + t * k;
+      float* weights = result.weights.data() + t * k;
+      float sum = 0.0f;
+      for (int64_t i = 0; i < k; ++i) {
+        ids[i] = order[i];
+        weights[i] = scores[order[i]];  // unbiased: the bias only selects
+        sum += weights[i];
+      }
+      const float denominator = config.norm_topk_prob ? sum + config.renorm_epsilon : 1.0f;
+      for (int64_t i = 0; i < k; ++i)
+        weights[i] = weights[i] / denominator * config.routed_scaling_factor;
+    }
+  });
+}
+
+void check_config(const MoeConfig& config) {
+  DZ_CHECK(config.num_experts > 0 && config.num_experts_per_tok > 0 &&
+               config.num_experts_per_tok <= config.num_experts,
+           "MoE: {} experts, top-{}", config.num_experts, config.num_experts_per_tok);
+  DZ_CHECK(config.n_group > 0 && config.num_experts % config.n_group == 0 &&
+               config.topk_group > 0 && config.topk_group <= config.n_group,
+           "MoE: {} experts in {} groups, keep {}", config.num_experts, config.n_group,
+           config.topk_group);
+  DZ_CHECK(config.topk_group * (config.num_experts / config.n_group) >= config.num_experts_per_tok,
+           "MoE: {} kept groups of {} cannot supply top-{}", config.topk_group,
+           config.num_experts / config.n_group, config.num_experts_per_tok);
+}
+
+}  // namespace
+
+void swiglu_mlp_forward(const ExecContext& ctx, const MlpWeights& weights, const float* x,
+                        int64_t num_tokens, float* out, Arena& scratch) {
+  const int64_t inter = weights.gate_proj.out_features();
+  float* gate = take_floats(scratch, num_tokens * inter);
+  float* up = take_floats(scratch, num_tokens * inter);
+  swiglu_into(ctx, weights, x, num_tokens, out, gate, up);
+}
+
+size_t swiglu_mlp_scratch_bytes(const MlpWeights& weights, int64_t max_tokens) {
+  return 2 * floats_bytes(max_tokens * weights.gate_proj.out_features());
+}
+
+void route_grouped_sigmoid(const ExecContext& ctx, const MoeConfig& config,
+                           const MoeWeights& weights, const float* x, int64_t num_tokens,
+                           int64_t hidden_size, RoutingResult& result) {
+  check_config(config);
+  const int64_t num_experts = config.num_experts;
+  DZ_CHECK(static_cast<int64_t>(weights.gate_weight.size()) == num_experts * hidden_size,
+           "router weight has {} values for [{}, {}]", weights.gate_weight.size(), num_experts,
+           hidden_size);
+  // x · Wgᵀ in FP32, one sequential sum per logit: the plain reference form.
+  std::vector<float> logits(static_cast<size_t>(num_tokens * num_experts));
+  parallel_for(ctx, num_tokens * num_experts, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float* xt = x + (i / num_experts) * hidden_size;
+      const float* w = weights.gate_weight.data() + (i % num_experts) * hidden_size;
+      float acc = 0.0f;
+      for (int64_t j = 0; j < hidden_size; ++j) acc += xt[j] * w[j];
+      logits[i] = acc;
+    }
+  });
+  const float* bias =
+      weights.e_score_correction_bias.empty() ? nullptr : weights.e_score_correction_bias.data();
+  route_from_logits(ctx, config, bias, logits.data(), num_tokens, result);
+}
+
+MoeBlock::MoeBlock(MoeConfig config, MoeWeights weights)
+    : config_(config), weights_(std::move(weights)) {
+  check_config(config_);
+  DZ_CHECK(static_cast<int64_t>(weights_.experts.size()) == config_.num_experts,
+           "MoE: {} expert weight sets for {} experts", weights_.experts.size(),
+           config_.num_experts);
+  hidden_size_ = weights_.experts[0].gate_proj.in_features();
+  DZ_CHECK(static_cast<int64_t>(weights_.gate_weight.size()) == config_.num_experts * hidden_size_,
+           "MoE router: {} values for [{}, {}]", weights_.gate_weight.size(), config_.num_experts,
+           hidden_size_);
+  DZ_CHECK(weights_.e_score_correction_bias.empty() ||
+               static_cast<int64_t>(weights_.e_score_correction_bias.size()) == config_.num_experts,
+           "MoE: {} correction biases for {} experts", weights_.e_score_correction_bias.size(),
+           config_.num_experts);
+  const auto check_mlp = [this](const MlpWeights& mlp) {
+    const int64_t inter = mlp.gate_proj.out_features();
+    DZ_CHECK(mlp.gate_proj.in_features() == hidden_size_ &&
+                 mlp.up_proj.in_features() == hidden_size_ && mlp.up_proj.out_features() == inter &&
+                 mlp.down_proj.in_features() == inter &&
+                 mlp.down_proj.out_features() == hidden_size_,
+             "MoE expert shapes do not match hidden size {}", hidden_size_);
+    max_intermediate_ = std::max(max_intermediate_, inter);
+  };
+  for (const MlpWeights& mlp : weights_.experts) check_mlp(mlp);
+  for (const MlpWeights& mlp : weights_.shared_experts) check_mlp(mlp);
+  router_is_bf16_ = std::all_of(weights_.gate_weight.begin(), weights_.gate_weight.end(),
+                                [](float v) { return formats::round_to_bf16(v) == v; });
+  if (router_is_bf16_)
+    router_ = kernels::LinearWeight::from_f32_as_bf16(weights_.gate_weight.data(),
+                                                      config_.num_experts, hidden_size_);
+}
+
+size_t MoeBlock::scratch_bytes(int64_t max_tokens) const {
+  // logits, gathered x, expert output, FP32 sum, gate and up.
+  return floats_bytes(max_tokens * config_.num_experts) +
+         3 * floats_bytes(max_tokens * hidden_size_) +
+         2 * floats_bytes(max_tokens * max_intermediate_);
+}
+
+void MoeBlock::forward(const ExecContext& ctx, const float* x, int64_t num_tokens, float* out,
+                       Arena& scratch, TapSink* taps, int layer_id,
+                       const RoutingResult* forced_routing) const {
+  if (num_tokens <= 0) return;
+  const int64_t d = hidden_size_, num_experts = config_.num_experts;
+  const int64_t k = config_.num_experts_per_tok;
+
+  RoutingResult routed;
+  const RoutingResult* routing = forced_routing;
+  if (routing == nullptr) {
+    if (router_is_bf16_) {
+      float* logits = take_floats(scratch, num_tokens * num_experts);
+      router_.forward(ctx, x, num_tokens, logits);
+      const float* bias = weights_.e_score_correction_bias.empty()
+                              ? nullptr
+                              : weights_.e_score_correction_bias.data();
+      route_from_logits(ctx, config_, bias, logits, num_tokens, routed);
+    } else {
+      route_grouped_sigmoid(ctx, config_, weights_, x, num_tokens, d, routed);
+    }
+    routing = &routed;
+  }
+  DZ_CHECK(static_cast<int64_t>(routing->expert_ids.size()) == num_tokens * k &&
+               routing->weights.size() == routing->expert_ids.size(),
+           "MoE routing: {} ids, {} weights for {} tokens × top-{}", routing->expert_ids.size(),
+           routing->weights.size(), num_tokens, k);
+  if (static_cast<int64_t>(routing->scores.size()) == num_tokens * num_experts)
+    tap(taps, layer_id, "router_scores", routing->scores.data(), Shape{num_tokens, num_experts});
+
+  // Group (token, weight) pairs by expert: a counting sort keeps tokens in order per expert.
+  std::vector<int64_t> expert_begin(static_cast<size_t>(num_experts + 1), 0);
+  for (int32_t id : routing->expert_ids) {
+    DZ_CHECK(id >= 0 && id < num_experts, "MoE routing: expert id {} of {}", id, num_experts);
+    ++expert_begin[id + 1];
+  }
+  std::partial_sum(expert_begin.begin(), expert_begin.end(), expert_begin.begin());
+  std::vector<int64_t> fill(expert_begin.begin(), expert_begin.end() - 1);
+  std::vector<int64_t> slot_token(static_cast<size_t>(num_tokens * k));
+  std::vector<float> slot_weight(slot_token.size());
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int64_t i = 0; i < k; ++i) {
+      const int32_t id = routing->expert_ids[t * k + i];
+      const int64_t slot = fill[id]++;
+      slot_token[slot] = t;
+      slot_weight[slot] = routing->weights[t * k + i];
+    }
+  }
+
+  float* sum = take_floats(scratch, num_tokens * d);
+  float* gathered = take_floats(scratch, num_tokens * d);
+  float* expert_out = take_floats(scratch, num_tokens * d);
+  float* gate = take_floats(scratch, num_tokens * max_intermediate_);
+  float* up = take_floats(scratch, num_tokens * max_intermediate_);
+  std::fill(sum, sum + num_tokens * d, 0.0f);
+
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const int64_t begin = expert_begin[e], count = expert_begin[e + 1] - begin;
+    if (count == 0) continue;
+    for (int64_t r = 0; r < count; ++r)
+      std::copy_n(x + slot_token[begin + r] * d, d, gathered + r * d);
+    swiglu_into(ctx, weights_.experts[e], gathered, count, expert_out, gate, up);
+    // Each token occurs at most once per expert, so rows scatter to distinct tokens.
+    parallel_for(ctx, count, 8, [&](int64_t r_begin, int64_t r_end) {
+      for (int64_t r = r_begin; r < r_end; ++r) {
+        float* dst = sum + slot_token[begin + r] * d;
+        const float w = slot_weight[begin + r];
+        const float* src = expert_out + r * d;
+        for (int64_t j = 0; j < d; ++j) dst[j] += w * src[j];
+      }
+    });
+  }
+  for (const MlpWeights& shared : weights_.shared_experts) {
+    swiglu_into(ctx, shared, x, num_tokens, expert_out, gate, up);
+    for (int64_t e = 0; e < num_tokens * d; ++e) sum[e] += expert_out[e];
+  }
+  std::copy_n(sum, num_tokens * d, out);
+  kernels::round_to_bf16(out, num_tokens * d);
+}
+
+}  // namespace dz::model

@@ -1,0 +1,433 @@
+// MoE block (moe.h, models.md §6.1): routing against an FP64 reference written from the formulas,
+// SwiGLU and the whole block against a plain per-token FP64 reference with the same BF16 rounding
+// points, forced routing, taps. Routing decisions are compared only where the FP64 margin exceeds
+// 1e-5 (models.md §8.1: FP32 router sums differ from FP64 by ~1e-7, so a smaller gap could
+// legitimately flip); block outputs use routing the test fixes, so they never hinge on a near-tie.
+// Output tolerance: relative RMS < 1e-3 against FP64 — the FP32 accumulations are ~1e-7, but an
+// intermediate that lands within that distance of a BF16 rounding boundary rounds the other way
+// (one BF16 ulp, 2^-8 relative, for ~1e-5 of the elements), well below 1e-3 in RMS.
+#include "dayzero/model/blocks/moe.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dayzero/formats/codecs.h"
+
+namespace dz::model {
+namespace {
+
+constexpr double kOutputTolerance = 1e-3;
+constexpr double kDecisionMargin = 1e-5;
+
+std::vector<float> random_bf16(std::mt19937& rng, int64_t num_elems, float stddev) {
+  std::normal_distribution<float> normal(0.0f, stddev);
+  std::vector<float> v(static_cast<size_t>(num_elems));
+  for (auto& e : v) e = formats::round_to_bf16(normal(rng));
+  return v;
+}
+
+// W ~ N(0, 1/in) as BF16, or as FP8 128×128 blocks with power-of-two scales (amax → ≤ 448).
+kernels::LinearWeight random_linear(std::mt19937& rng, int64_t out, int64_t in, bool fp8) {
+  std::vector<float> w = random_bf16(rng, out * in, 1.0f / std::sqrt(static_cast<float>(in)));
+  if (!fp8) return kernels::LinearWeight::from_f32_as_bf16(w.data(), out, in);
+  const int64_t block = 128, scale_rows = (out + block - 1) / block;
+  const int64_t scale_cols = (in + block - 1) / block;
+  std::vector<float> scales(static_cast<size_t>(scale_rows * scale_cols));
+  std::vector<uint8_t> codes(w.size());
+  for (int64_t br = 0; br < scale_rows; ++br) {
+    for (int64_t bc = 0; bc < scale_cols; ++bc) {
+      float amax = 0.0f;
+      for (int64_t i = br * block; i < std::min(out, (br + 1) * block); ++i)
+        for (int64_t j = bc * block; j < std::min(in, (bc + 1) * block); ++j)
+          amax = std::max(amax, std::fabs(w[i * in + j]));
+      const float scale = std::exp2(std::ceil(std::log2(amax / 448.0f)));
+      scales[br * scale_cols + bc] = scale;
+      for (int64_t i = br * block; i < std::min(out, (br + 1) * block); ++i)
+        for (int64_t j = bc * block; j < std::min(in, (bc + 1) * block); ++j)
+          codes[i * in + j] = formats::encode_e4m3(w[i * in + j] / scale);
+    }
+  }
+  auto weight = kernels::LinearWeight::from_fp8_block(
+      TensorView(codes.data(), DType::kF8E4M3, Shape{out, in}),
+      TensorView(scales.data(), DType::kF32, Shape{scale_rows, scale_cols}), block, block);
+  EXPECT_TRUE(weight.ok()) << weight.status().to_string();
+  return std::move(weight).value();
+}
+
+MlpWeights random_mlp(std::mt19937& rng, int64_t d, int64_t inter, bool fp8) {
+  MlpWeights mlp;
+  mlp.gate_proj = random_linear(rng, inter, d, fp8);
+  mlp.up_proj = random_linear(rng, inter, d, fp8);
+  mlp.down_proj = random_linear(rng, d, inter, fp8);
+  return mlp;
+}
+
+std::vector<float> dense(const kernels::LinearWeight& w) {
+  std::vector<float> values(static_cast<size_t>(w.out_features() * w.in_features()));
+  w.dequantize(values.data());
+  return values;
+}
+
+// y = W·x in FP64 for one token.
+std::vector<double> matvec(const std::vector<float>& w, int64_t out, int64_t in, const float* x) {
+  std::vector<double> y(static_cast<size_t>(out), 0.0);
+  for (int64_t i = 0; i < out; ++i)
+    for (int64_t j = 0; j < in; ++j) y[i] += static_cast<double>(w[i * in + j]) * x[j];
+  return y;
+}
+
+// The plain per-token SwiGLU with the engine's BF16 rounding points; down output unrounded.
+std::vector<double> reference_mlp(const MlpWeights& mlp, const float* x) {
+  const int64_t d = mlp.gate_proj.in_features(), inter = mlp.gate_proj.out_features();
+  const std::vector<double> g = matvec(dense(mlp.gate_proj), inter, d, x);
+  const std::vector<double> u = matvec(dense(mlp.up_proj), inter, d, x);
+  std::vector<float> h(static_cast<size_t>(inter));
+  for (int64_t i = 0; i < inter; ++i) {
+    const double gi = formats::round_to_bf16(static_cast<float>(g[i]));
+    const double ui = formats::round_to_bf16(static_cast<float>(u[i]));
+    h[i] = formats::round_to_bf16(static_cast<float>(gi / (1.0 + std::exp(-gi)) * ui));
+  }
+  return matvec(dense(mlp.down_proj), d, inter, h.data());
+}
+
+double rel_rms(const std::vector<float>& y, const std::vector<double>& ref) {
+  double err2 = 0.0, ref2 = 0.0;
+  for (size_t e = 0; e < y.size(); ++e) {
+    err2 += (y[e] - ref[e]) * (y[e] - ref[e]);
+    ref2 += ref[e] * ref[e];
+  }
+  return std::sqrt(err2 / ref2);
+}
+
+struct RefRoute {
+  std::vector<int32_t> ids;  // selection order
+  std::vector<double> weights;
+  double margin = 0.0;  // smallest gap at a group or expert cut (inf if none)
+};
+
+// §6.1 written out directly in FP64 from the logits.
+RefRoute reference_route(const MoeConfig& c, const std::vector<float>& bias,
+                         const std::vector<double>& logits) {
+  const int64_t num_experts = c.num_experts, group_size = num_experts / c.n_group;
+  std::vector<double> s(static_cast<size_t>(num_experts)), biased(s.size());
+  for (int64_t e = 0; e < num_experts; ++e) {
+    s[e] = 1.0 / (1.0 + std::exp(-logits[e]));
+    biased[e] = s[e] + (bias.empty() ? 0.0 : bias[e]);
+  }
+  RefRoute r;
+  r.margin = std::numeric_limits<double>::infinity();
+  const auto ranked = [](const std::vector<double>& v) {
+    std::vector<int32_t> order(v.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&v](int32_t a, int32_t b) { return v[a] > v[b]; });
+    return order;
+  };
+  std::vector<bool> allowed(static_cast<size_t>(num_experts), true);
+  if (c.n_group > 1 && c.topk_group < c.n_group) {
+    std::vector<double> group_score(static_cast<size_t>(c.n_group));
+    for (int64_t g = 0; g < c.n_group; ++g) {
+      std::vector<double> members(biased.begin() + g * group_size,
+                                  biased.begin() + (g + 1) * group_size);
+      std::sort(members.rbegin(), members.rend());
+      group_score[g] = members[0] + members[1];
+    }
+    const std::vector<int32_t> groups = ranked(group_score);
+    r.margin = group_score[groups[c.topk_group - 1]] - group_score[groups[c.topk_group]];
+    for (int64_t i = c.topk_group; i < c.n_group; ++i)
+      for (int64_t e = 0; e < group_size; ++e) allowed[groups[i] * group_size + e] = false;
+  }
+  std::vector<double> candidates = biased;
+  for (int64_t e = 0; e < num_experts; ++e)
+    if (!allowed[e]) candidates[e] = -std::numeric_limits<double>::infinity();
+  const std::vector<int32_t> experts = ranked(candidates);
+  const int64_t k = c.num_experts_per_tok;
+  if (k < num_experts && allowed[experts[k]])
+    r.margin = std::min(r.margin, candidates[experts[k - 1]] - candidates[experts[k]]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < k; ++i) sum += s[experts[i]];
+  for (int64_t i = 0; i < k; ++i) {
+    r.ids.push_back(experts[i]);
+    r.weights.push_back(s[experts[i]] / (c.norm_topk_prob ? sum + c.renorm_epsilon : 1.0) *
+                        c.routed_scaling_factor);
+  }
+  return r;
+}
+
+MoeConfig tiny_deepseek_config() {
+  MoeConfig c;
+  c.num_experts = 16;
+  c.num_experts_per_tok = 4;
+  c.n_group = 4;
+  c.topk_group = 2;
+  c.norm_topk_prob = true;
+  c.routed_scaling_factor = 2.5f;
+  return c;
+}
+
+std::set<int32_t> top_k_set(const std::vector<double>& v, int64_t k) {
+  std::vector<int32_t> order(v.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&v](int32_t a, int32_t b) { return v[a] > v[b]; });
+  return {order.begin(), order.begin() + k};
+}
+
+void check_routing(const MoeConfig& config, unsigned seed, float bias_stddev) {
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const int64_t d = 64, num_tokens = 300, num_experts = config.num_experts;
+  MoeWeights weights;
+  weights.gate_weight = random_bf16(rng, num_experts * d, 1.0f);
+  if (bias_stddev > 0) weights.e_score_correction_bias = random_bf16(rng, num_experts, bias_stddev);
+  const std::vector<float> x = random_bf16(rng, num_tokens * d, 0.3f);
+  RoutingResult result;
+  route_grouped_sigmoid(ExecContext{2}, config, weights, x.data(), num_tokens, d, result);
+  ASSERT_EQ(result.scores.size(), static_cast<size_t>(num_tokens * num_experts));
+
+  const int64_t k = config.num_experts_per_tok;
+  int num_compared = 0, num_bias_changed = 0, num_groups_changed = 0;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    std::vector<double> logits(static_cast<size_t>(num_experts));
+    for (int64_t e = 0; e < num_experts; ++e) {
+      for (int64_t j = 0; j < d; ++j)
+        logits[e] += static_cast<double>(x[t * d + j]) * weights.gate_weight[e * d + j];
+      const double s = 1.0 / (1.0 + std::exp(-logits[e]));
+      ASSERT_NEAR(result.scores[t * num_experts + e], s, 1e-6) << "token " << t << " e " << e;
+    }
+    const RefRoute ref = reference_route(config, weights.e_score_correction_bias, logits);
+    std::vector<double> s(logits.size()), biased(logits.size());
+    for (size_t e = 0; e < s.size(); ++e) {
+      s[e] = 1.0 / (1.0 + std::exp(-logits[e]));
+      biased[e] =
+          s[e] +
+          (weights.e_score_correction_bias.empty() ? 0.0 : weights.e_score_correction_bias[e]);
+    }
+    const std::set<int32_t> ref_set(ref.ids.begin(), ref.ids.end());
+    if (top_k_set(s, k) != ref_set) ++num_bias_changed;
+    if (top_k_set(biased, k) != ref_set) ++num_groups_changed;
+    if (ref.margin < kDecisionMargin) continue;
+    ++num_compared;
+    for (int64_t i = 0; i < k; ++i) {
+      const int32_t id = result.expert_ids[t * k + i];
+      const auto it = std::find(ref.ids.begin(), ref.ids.end(), id);
+      ASSERT_NE(it, ref.ids.end()) << "token " << t << " picked expert " << id;
+      EXPECT_NEAR(result.weights[t * k + i], ref.weights[it - ref.ids.begin()],
+                  1e-6 * config.routed_scaling_factor)
+          << "token " << t << " expert " << id;
+    }
+  }
+  EXPECT_GE(num_compared, num_tokens * 9 / 10);
+  if (bias_stddev > 0) {
+    EXPECT_GT(num_bias_changed, 0) << "the bias never changed a selection";
+  }
+  if (config.n_group > config.topk_group) {
+    EXPECT_GT(num_groups_changed, 0) << "group limiting never changed a selection";
+  }
+}
+
+TEST(MoeRouting, GroupedSigmoidMatchesTheFormulas) {
+  check_routing(tiny_deepseek_config(), std::random_device{}(), 0.5f);
+}
+
+TEST(MoeRouting, UngroupedKimiForm) {
+  MoeConfig c;
+  c.num_experts = 8;
+  c.num_experts_per_tok = 2;
+  c.routed_scaling_factor = 2.446f;
+  c.renorm_epsilon = 1e-20f;
+  check_routing(c, std::random_device{}(), 0.5f);
+}
+
+TEST(MoeRouting, WithoutRenormalisationOrBias) {
+  MoeConfig c = tiny_deepseek_config();
+  c.norm_topk_prob = false;
+  check_routing(c, std::random_device{}(), 0.0f);
+}
+
+TEST(MoeRouting, TiesGoToTheLowerId) {
+  MoeConfig c = tiny_deepseek_config();
+  const int64_t d = 8, num_experts = c.num_experts;
+  MoeWeights weights;
+  weights.gate_weight.assign(static_cast<size_t>(num_experts * d), 0.0f);  // every score 0.5
+  std::vector<float> x(static_cast<size_t>(d), 1.0f);
+  RoutingResult result;
+  route_grouped_sigmoid(ExecContext{1}, c, weights, x.data(), 1, d, result);
+  // All groups tie: groups 0 and 1 are kept; all experts tie: 0, 1, 2, 3 in order.
+  EXPECT_EQ(result.expert_ids, (std::vector<int32_t>{0, 1, 2, 3}));
+  for (float w : result.weights) EXPECT_FLOAT_EQ(w, 0.25f * 2.5f);
+
+  // Groups 2 and 3 lead; inside them experts 9 and 13 tie for the last place: 9 wins.
+  weights.e_score_correction_bias.assign(static_cast<size_t>(num_experts), 0.0f);
+  for (int64_t e : {8, 12}) weights.e_score_correction_bias[e] = 0.5f;
+  for (int64_t e : {9, 13}) weights.e_score_correction_bias[e] = 0.25f;
+  weights.e_score_correction_bias[10] = 0.125f;  // group 2 ahead of 3
+  route_grouped_sigmoid(ExecContext{1}, c, weights, x.data(), 1, d, result);
+  EXPECT_EQ(result.expert_ids, (std::vector<int32_t>{8, 12, 9, 13}));
+  c.num_experts_per_tok = 3;
+  route_grouped_sigmoid(ExecContext{1}, c, weights, x.data(), 1, d, result);
+  EXPECT_EQ(result.expert_ids, (std::vector<int32_t>{8, 12, 9}));
+}
+
+TEST(SwigluMlp, MatchesThePerTokenReference) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const int64_t d = 192, inter = 136;
+  Arena scratch(16 << 20);
+  for (bool fp8 : {false, true}) {
+    const MlpWeights mlp = random_mlp(rng, d, inter, fp8);
+    for (int64_t num_tokens : {1, 5, 17}) {
+      const std::vector<float> x = random_bf16(rng, num_tokens * d, 1.0f);
+      std::vector<float> out(static_cast<size_t>(num_tokens * d));
+      scratch.reset();
+      swiglu_mlp_forward(ExecContext{2}, mlp, x.data(), num_tokens, out.data(), scratch);
+      EXPECT_LE(scratch.used_bytes(), swiglu_mlp_scratch_bytes(mlp, num_tokens));
+      std::vector<double> ref;
+      for (int64_t t = 0; t < num_tokens; ++t) {
+        const std::vector<double> row = reference_mlp(mlp, x.data() + t * d);
+        ref.insert(ref.end(), row.begin(), row.end());
+      }
+      EXPECT_LT(rel_rms(out, ref), kOutputTolerance) << "fp8 " << fp8 << " tokens " << num_tokens;
+    }
+  }
+}
+
+struct RecordingSink : TapSink {
+  std::vector<std::string> names;
+  std::vector<float> scores;
+  Shape shape;
+  void on_tap(int layer_id, std::string_view name, const float* data, const Shape& s) override {
+    EXPECT_EQ(layer_id, 3);
+    names.emplace_back(name);
+    if (name == "router_scores") {
+      scores.assign(data, data + s.num_elems());
+      shape = s;
+    }
+  }
+};
+
+// Tiny deepseek_v32 sizes: d 256, 16 experts of inter 128 in FP8, one BF16 shared expert. The
+// router reads x[:, :16] through an identity (exact in any summation order), so the block's own
+// routing equals route_grouped_sigmoid's bit for bit; expert 15 is biased out of every selection.
+struct MoeFixture {
+  static constexpr int64_t kHidden = 256, kInter = 128;
+  MoeConfig config = tiny_deepseek_config();
+  MoeWeights weights;
+
+  explicit MoeFixture(std::mt19937& rng) {
+    const int64_t num_experts = config.num_experts;
+    weights.gate_weight.assign(static_cast<size_t>(num_experts * kHidden), 0.0f);
+    for (int64_t e = 0; e < num_experts; ++e) weights.gate_weight[e * kHidden + e] = 1.0f;
+    weights.e_score_correction_bias = random_bf16(rng, num_experts, 0.5f);
+    weights.e_score_correction_bias[15] = -100.0f;
+    for (int64_t e = 0; e < num_experts; ++e)
+      weights.experts.push_back(random_mlp(rng, kHidden, kInter, true));
+    weights.shared_experts.push_back(random_mlp(rng, kHidden, kInter, false));
+  }
+};
+
+// Σ_i w_i·Expert_{id_i}(x_t) + shared(x_t) in FP64, rounded to BF16 once.
+std::vector<double> reference_moe(const MoeBlock& block, const MoeWeights& weights,
+                                  const RoutingResult& routing, const std::vector<float>& x,
+                                  int64_t num_tokens) {
+  const int64_t d = MoeFixture::kHidden, k = block.config().num_experts_per_tok;
+  std::vector<double> out;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    std::vector<double> acc(static_cast<size_t>(d), 0.0);
+    for (int64_t i = 0; i < k; ++i) {
+      const std::vector<double> y =
+          reference_mlp(weights.experts[routing.expert_ids[t * k + i]], x.data() + t * d);
+      for (int64_t j = 0; j < d; ++j) acc[j] += routing.weights[t * k + i] * y[j];
+    }
+    for (const MlpWeights& shared : weights.shared_experts) {
+      const std::vector<double> y = reference_mlp(shared, x.data() + t * d);
+      for (int64_t j = 0; j < d; ++j) acc[j] += y[j];
+    }
+    for (double v : acc) out.push_back(formats::round_to_bf16(static_cast<float>(v)));
+  }
+  return out;
+}
+
+TEST(MoeBlock, MatchesThePerTokenReference) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  MoeFixture fixture(rng);
+  // The reference needs the weights after the block owns them: keep a second, identical set.
+  std::mt19937 rng_copy(seed);
+  MoeFixture reference_weights(rng_copy);
+  const MoeBlock block(fixture.config, std::move(fixture.weights));
+  const int64_t d = MoeFixture::kHidden, num_experts = block.config().num_experts;
+  Arena scratch(64 << 20);
+  for (int64_t num_tokens : {1, 7, 40}) {
+    const std::vector<float> x = random_bf16(rng, num_tokens * d, 1.0f);
+    RoutingResult routing;
+    route_grouped_sigmoid(ExecContext{2}, block.config(), reference_weights.weights, x.data(),
+                          num_tokens, d, routing);
+    std::vector<int64_t> tokens_per_expert(static_cast<size_t>(num_experts), 0);
+    for (int32_t id : routing.expert_ids) ++tokens_per_expert[id];
+    EXPECT_EQ(tokens_per_expert[15], 0);  // an expert without tokens, every time
+
+    std::vector<float> out(static_cast<size_t>(num_tokens * d)), forced(out.size());
+    RecordingSink sink;
+    scratch.reset();
+    block.forward(ExecContext{2}, x.data(), num_tokens, out.data(), scratch, &sink, 3);
+    EXPECT_LE(scratch.used_bytes(), block.scratch_bytes(num_tokens));
+    EXPECT_EQ(sink.names, (std::vector<std::string>{"router_scores"}));
+    EXPECT_EQ(sink.shape, (Shape{num_tokens, num_experts}));
+    for (size_t e = 0; e < sink.scores.size(); ++e)
+      ASSERT_NEAR(sink.scores[e], routing.scores[e], 1e-7) << e;
+    scratch.reset();
+    block.forward(ExecContext{2}, x.data(), num_tokens, forced.data(), scratch, nullptr, 3,
+                  &routing);
+    EXPECT_EQ(out, forced) << "own routing differs from route_grouped_sigmoid's";
+
+    const std::vector<double> ref =
+        reference_moe(block, reference_weights.weights, routing, x, num_tokens);
+    EXPECT_LT(rel_rms(out, ref), kOutputTolerance) << "tokens " << num_tokens;
+    for (float v : out) ASSERT_EQ(v, formats::round_to_bf16(v)) << "output not BF16-valued";
+  }
+}
+
+TEST(MoeBlock, ForcedRoutingIsFollowed) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  MoeFixture fixture(rng);
+  std::mt19937 rng_copy(seed);
+  MoeFixture reference_weights(rng_copy);
+  const MoeBlock block(fixture.config, std::move(fixture.weights));
+  const int64_t d = MoeFixture::kHidden, num_tokens = 9, k = block.config().num_experts_per_tok;
+  const std::vector<float> x = random_bf16(rng, num_tokens * d, 1.0f);
+  // Decisions the router would never make: expert 15 everywhere, the same expert twice in a
+  // row position pattern, arbitrary weights (some negative).
+  RoutingResult forced;
+  std::uniform_int_distribution<int32_t> expert(0, 14);
+  std::normal_distribution<float> weight(0.0f, 1.0f);
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    std::set<int32_t> chosen{15};
+    while (static_cast<int64_t>(chosen.size()) < k) chosen.insert(expert(rng));
+    for (int32_t id : chosen) {
+      forced.expert_ids.push_back(id);
+      forced.weights.push_back(weight(rng));
+    }
+  }
+  std::vector<float> out(static_cast<size_t>(num_tokens * d));
+  Arena scratch(64 << 20);
+  RecordingSink sink;
+  block.forward(ExecContext{2}, x.data(), num_tokens, out.data(), scratch, &sink, 3, &forced);
+  EXPECT_TRUE(sink.names.empty()) << "no scores to tap when routing is forced without them";
+  const std::vector<double> ref =
+      reference_moe(block, reference_weights.weights, forced, x, num_tokens);
+  EXPECT_LT(rel_rms(out, ref), kOutputTolerance);
+}
+
+}  // namespace
+}  // namespace dz::model
