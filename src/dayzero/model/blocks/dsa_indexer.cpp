@@ -1,0 +1,153 @@
+// DSA lightning indexer, models.md §3.2–3.3 with the numerics policy of issue 3 (the same rounding
+// points as python/dayzero_ref/deepseek_v32.py, _indexer): every linear output, the LayerNorm
+// output, the RoPE outputs and the Hadamard outputs are rounded to BF16; act_quant (ue8m0) takes
+// those BF16 values; head weights stay FP32.
+#include "dayzero/model/blocks/dsa_indexer.h"
+
+#include <cmath>
+#include <vector>
+
+#include "dayzero/core/check.h"
+#include "dayzero/formats/act_quant.h"
+#include "dayzero/formats/codecs.h"
+#include "dayzero/kernels/hadamard.h"
+#include "dayzero/kernels/lightning_indexer.h"
+#include "dayzero/kernels/norms.h"
+
+namespace dz::model {
+namespace {
+
+template <typename T>
+T* take(Arena& scratch, int64_t num_elems) {
+  return reinterpret_cast<T*>(scratch.allocate(static_cast<size_t>(num_elems) * sizeof(T)).data());
+}
+
+// Hadamard_n on each row, output rounded to BF16, then act_quant (ue8m0) of each row (n = 128: one
+// group, one scale per row).
+void rotate_and_quantize(const ExecContext& ctx, float* rows, int64_t num_rows, int64_t n,
+                         uint8_t* codes, float* scales) {
+  parallel_for(ctx, num_rows, 16, [&](int64_t begin, int64_t end) {
+    std::vector<uint16_t> bf16(static_cast<size_t>(n));
+    for (int64_t r = begin; r < end; ++r) {
+      float* row = rows + r * n;
+      kernels::hadamard_ref(std::span<float>(row, static_cast<size_t>(n)), n);
+      for (int64_t i = 0; i < n; ++i) bf16[static_cast<size_t>(i)] = formats::encode_bf16(row[i]);
+      formats::act_quant(bf16, formats::ActScaleFormat::kUe8m0,
+                         std::span<uint8_t>(codes + r * n, static_cast<size_t>(n)),
+                         std::span<float>(scales + r, 1));
+    }
+  });
+}
+
+}  // namespace
+
+DsaIndexer::DsaIndexer(DsaIndexerConfig config, DsaIndexerWeights weights)
+    : config_(std::move(config)), weights_(std::move(weights)) {
+  const DsaIndexerConfig& c = config_;
+  const int64_t n_heads = c.index_n_heads, head_dim = c.index_head_dim;
+  DZ_CHECK(n_heads >= 1 && c.index_topk >= 1, "index_n_heads {}, index_topk {}", n_heads,
+           c.index_topk);
+  // act_quant groups are 128 wide: one scale per (token, head) and per key needs head_dim 128.
+  DZ_CHECK(head_dim == formats::kActQuantGroupElems, "index_head_dim {} is not 128", head_dim);
+  DZ_CHECK(c.rope.rope_dim > 0 && c.rope.rope_dim <= head_dim && c.rope.rope_dim % 2 == 0,
+           "indexer rope_dim {} for index_head_dim {}", c.rope.rope_dim, head_dim);
+  DZ_CHECK(weights_.wq_b.out_features() == n_heads * head_dim &&
+               weights_.wq_b.in_features() == c.q_lora_rank,
+           "indexer.wq_b is [{}, {}], want [{}, {}]", weights_.wq_b.out_features(),
+           weights_.wq_b.in_features(), n_heads * head_dim, c.q_lora_rank);
+  DZ_CHECK(weights_.wk.out_features() == head_dim && weights_.wk.in_features() == c.hidden_size,
+           "indexer.wk is [{}, {}], want [{}, {}]", weights_.wk.out_features(),
+           weights_.wk.in_features(), head_dim, c.hidden_size);
+  DZ_CHECK(weights_.weights_proj.out_features() == n_heads &&
+               weights_.weights_proj.in_features() == c.hidden_size,
+           "indexer.weights_proj is [{}, {}], want [{}, {}]", weights_.weights_proj.out_features(),
+           weights_.weights_proj.in_features(), n_heads, c.hidden_size);
+  DZ_CHECK(static_cast<int64_t>(weights_.k_norm_weight.size()) == head_dim &&
+               static_cast<int64_t>(weights_.k_norm_bias.size()) == head_dim,
+           "indexer.k_norm weight/bias hold {}/{} values, want {}", weights_.k_norm_weight.size(),
+           weights_.k_norm_bias.size(), head_dim);
+}
+
+void DsaIndexer::select(const ExecContext& ctx, const ForwardBatch& batch, const float* x,
+                        const float* c_q, const IndexLayerCache& cache,
+                        std::span<int32_t> selection, Arena& scratch, TapSink* taps,
+                        int layer_id) const {
+  const DsaIndexerConfig& c = config_;
+  const int64_t T = batch.num_tokens();
+  const int64_t n_heads = c.index_n_heads, head_dim = c.index_head_dim, K = c.index_topk;
+  DZ_CHECK(static_cast<int64_t>(selection.size()) == T * K, "selection holds {}, want {} x {}",
+           selection.size(), T, K);
+  DZ_CHECK(cache.layout.key_dim == head_dim && cache.layout.block_size == batch.block_size,
+           "index cache key_dim {} / block_size {} vs index_head_dim {} / batch block_size {}",
+           cache.layout.key_dim, cache.layout.block_size, head_dim, batch.block_size);
+  if (T == 0) return;
+
+  // 1. q = wq_b(c_q) [T, n_I, d_I], head = [rope (first d_r) ; nope]; RoPE on the rope part.
+  float* q = take<float>(scratch, T * n_heads * head_dim);
+  weights_.wq_b.forward(ctx, c_q, T, q);
+  kernels::round_to_bf16(q, T * n_heads * head_dim);
+  kernels::apply_rope(ctx, c.rope, c.rope_layout, batch.positions, q, n_heads * head_dim, n_heads,
+                      head_dim);
+  // 2. k = LayerNorm(wk(x)) [T, d_I], RoPE on its first d_r values. The rotated values are
+  // rounded (the reference rotates BF16 tensors and returns BF16); the nope part already is.
+  float* k = take<float>(scratch, T * head_dim);
+  weights_.wk.forward(ctx, x, T, k);
+  kernels::round_to_bf16(k, T * head_dim);
+  kernels::layer_norm(ctx, k, head_dim, weights_.k_norm_weight.data(), weights_.k_norm_bias.data(),
+                      k, head_dim, T, head_dim, c.k_norm_eps);
+  kernels::round_to_bf16(k, T * head_dim);
+  kernels::apply_rope(ctx, c.rope, c.rope_layout, batch.positions, k, head_dim, 1, head_dim);
+  // Only the rotated parts change here; the rest is BF16 already, so rounding it is a no-op.
+  kernels::round_to_bf16(q, T * n_heads * head_dim);
+  kernels::round_to_bf16(k, T * head_dim);
+  // 3–4. Hadamard, BF16, act_quant: q per (token, head), k per token.
+  auto* q_codes = take<uint8_t>(scratch, T * n_heads * head_dim);
+  float* q_scales = take<float>(scratch, T * n_heads);
+  auto* k_codes = take<uint8_t>(scratch, T * head_dim);
+  float* k_scales = take<float>(scratch, T);
+  rotate_and_quantize(ctx, q, T * n_heads, head_dim, q_codes, q_scales);
+  rotate_and_quantize(ctx, k, T, head_dim, k_codes, k_scales);
+  // Every key is cached before any scoring: token t sees itself (§3.3).
+  for (int64_t t = 0; t < T; ++t)
+    kernels::write_index_key(
+        cache.layout, cache.pool, batch.slot_mapping[static_cast<size_t>(t)],
+        std::span<const uint8_t>(k_codes + t * head_dim, static_cast<size_t>(head_dim)),
+        k_scales[t]);
+
+  // 5. w_h = weights_proj(x)_h · n_I^-½ · sq_h · d_I^-½ (the reference's order; sq_h is a power of
+  // two, so only the constant factors round).
+  float* w = take<float>(scratch, T * n_heads);
+  weights_.weights_proj.forward(ctx, x, T, w);
+  const auto head_factor = static_cast<float>(1.0 / std::sqrt(static_cast<double>(n_heads)));
+  const auto dim_factor = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  for (int64_t i = 0; i < T * n_heads; ++i) w[i] = w[i] * head_factor * q_scales[i] * dim_factor;
+
+  // 6. Scores and top-k per sequence, keys from the paged cache.
+  float* scores = taps != nullptr ? take<float>(scratch, T * K) : nullptr;
+  for (const SequenceSlice& seq : batch.sequences) {
+    const auto begin = static_cast<size_t>(seq.token_begin);
+    const auto count = static_cast<size_t>(seq.num_tokens);
+    const kernels::IndexKeyCache keys{cache.layout, cache.pool, seq.block_table};
+    const kernels::IndexerQueries queries{.q_codes = q_codes + seq.token_begin * n_heads * head_dim,
+                                          .head_weights = w + seq.token_begin * n_heads,
+                                          .positions = batch.positions.subspan(begin, count),
+                                          .num_heads = n_heads};
+    const size_t workspace_bytes =
+        kernels::lightning_indexer_workspace_bytes(ctx, keys, queries, K);
+    std::span<float> seq_scores;
+    if (scores != nullptr)
+      seq_scores = std::span<float>(scores + seq.token_begin * K, count * static_cast<size_t>(K));
+    kernels::lightning_indexer(
+        ctx, keys, queries, K,
+        selection.subspan(begin * static_cast<size_t>(K), count * static_cast<size_t>(K)),
+        seq_scores, scratch.allocate(workspace_bytes));
+  }
+  if (taps != nullptr) {
+    float* as_float = take<float>(scratch, T * K);
+    for (int64_t i = 0; i < T * K; ++i) as_float[i] = static_cast<float>(selection[i]);
+    tap(taps, layer_id, "index_selection", as_float, {T, K});
+    tap(taps, layer_id, "index_scores", scores, {T, K});
+  }
+}
+
+}  // namespace dz::model
