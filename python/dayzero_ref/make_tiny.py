@@ -13,6 +13,11 @@ a tensor do not depend on which other tensors exist. Quantized tensors go throug
 emulation in formats.py (FP8 128x128 blocks for deepseek_v32, compressed-tensors MXFP4 for the K3
 routed experts).
 
+deepseek_v32 weights are then reshaped for decisive tests (models.md §8.1): a constant and a
+coded part of the embedding, saturated code-reading routers with Golomb-ruler biases, an indexer
+that ranks marked tokens by recency, small sublayer outputs and a bigram-like lm_head (details and
+numbers in dayzero_ref/decisive_v32.py; `--plain` skips this).
+
 Choices not pinned by models.md §8 (also in the report that introduced this file):
 - The Kimi tokenizer has 256 special ids after its ranks, so vocab 512 cannot hold a BPE with merges;
   the Kimi tiny models use 512 ranks + 256 specials = vocab_size 768.
@@ -29,7 +34,7 @@ from collections import namedtuple
 
 import torch
 
-from dayzero_ref import formats, safetensors_io, tokenizer_gen
+from dayzero_ref import decisive_v32, formats, safetensors_io, tokenizer_gen
 
 ARCHS = ("deepseek_v32", "kimi_linear", "kimi_k3")
 
@@ -315,13 +320,19 @@ def _draw(entry, seed, kda_heads):
     raise ValueError(f"unknown kind {entry.kind}")
 
 
-def weights(arch, config, seed):
-    """name -> RawTensor for every stored tensor of the tiny checkpoint."""
+def weights(arch, config, seed, decisive=True):
+    """name -> RawTensor for every stored tensor of the tiny checkpoint. `decisive` (deepseek_v32
+    only): reshape the draws so that every discrete decision has a clear margin (models.md §8.1,
+    see dayzero_ref.decisive_v32)."""
     text = config.get("text_config", config)
     kda_heads = text.get("linear_attn_config", {}).get("num_heads")
+    entries = layout(arch, config)
+    logical = {e.name: _draw(e, seed, kda_heads) for e in entries}
+    if arch == "deepseek_v32" and decisive:
+        decisive_v32.shape_weights(config, logical, seed)
     tensors = {}
-    for e in layout(arch, config):
-        w = _draw(e, seed, kda_heads)
+    for e in entries:
+        w = logical[e.name]
         base = e.name[:-len(".weight")] if e.name.endswith(".weight") else e.name
         if e.dtype == "F8_E4M3":
             codes, scale_inv = formats.quantize_fp8_block(w)
@@ -347,8 +358,9 @@ def generation_config(config):
             "top_p": 0.95, "transformers_version": "4.46.3"}
 
 
-def make_tiny(arch, out_dir, seed=0, shard_bytes=None):
-    """Writes the tiny `arch` checkpoint into out_dir; returns the config dict."""
+def make_tiny(arch, out_dir, seed=0, shard_bytes=None, decisive=True):
+    """Writes the tiny `arch` checkpoint into out_dir; returns the config dict. decisive=False gives
+    the plain §8 draws for deepseek_v32 too (no margins by construction)."""
     if arch not in CONFIGS:
         raise ValueError(f"unknown arch {arch!r} (supported: {', '.join(ARCHS)})")
     config = CONFIGS[arch]()
@@ -363,7 +375,7 @@ def make_tiny(arch, out_dir, seed=0, shard_bytes=None):
         tokenizer_gen.write_hf_tokenizer(out_dir, config["vocab_size"], seed=seed)
     else:
         tokenizer_gen.write_tiktoken_tokenizer(out_dir, KIMI_NUM_RANKS, seed=seed)
-    tensors = weights(arch, config, seed)
+    tensors = weights(arch, config, seed, decisive)
     metadata = {"format": "pt"}
     if shard_bytes is None and arch == "kimi_k3":
         shard_bytes = DEFAULT_K3_SHARD_BYTES
@@ -382,8 +394,10 @@ def main(argv=None):
     parser.add_argument("--shard-bytes", type=int, default=None,
                         help="shard the weights at this many bytes (default: kimi_k3 512 KiB, "
                              "others one file)")
+    parser.add_argument("--plain", action="store_true",
+                        help="deepseek_v32: plain random draws, without the decisive structure")
     args = parser.parse_args(argv)
-    make_tiny(args.arch, args.out_dir, args.seed, args.shard_bytes)
+    make_tiny(args.arch, args.out_dir, args.seed, args.shard_bytes, decisive=not args.plain)
 
 
 if __name__ == "__main__":

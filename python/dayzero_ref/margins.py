@@ -1,0 +1,199 @@
+"""Margin check for deepseek_v32 test prompts (models.md §8.1): are the discrete decisions decisive?
+
+    /usr/bin/python3 -m dayzero_ref.margins MODEL_DIR --token-ids 1,2,3 [--trials 6] [--rel 4e-3]
+        [--kv-cache-dtype fp8|bf16|both] [--no-mtp]
+    /usr/bin/python3 -m dayzero_ref.margins MODEL_DIR --test-prompts     # every prompt of test_prompts
+
+Runs the reference once unperturbed and `trials` times with relative Gaussian noise of sigma `rel`
+applied at every BF16 rounding point (4e-3 is about four times the RMS of BF16 rounding itself), and
+reports whether any indexer selection (as a set per token), expert choice (as a set per token) or
+argmax of the logits (main model and MTP head) changes. A prompt whose decisions change is not
+decisive: two correct implementations could disagree on it, so it must not be a test prompt.
+Also prints the unperturbed margins: the score gap at each selection boundary (relative to the
+row's top score), the routing gaps (groups and experts, in biased-score units) and the top-1/top-2
+logit gap.
+"""
+
+import argparse
+import math
+import sys
+
+import torch
+
+from dayzero_ref import deepseek_v32
+
+DEFAULT_REL = 4e-3
+DEFAULT_TRIALS = 6
+
+
+def _run(ref, token_ids, with_mtp):
+    taps = {}
+    with torch.no_grad():
+        if with_mtp and len(token_ids) > 1:
+            ref.mtp_logits(token_ids, taps=taps)
+        else:
+            ref.forward(token_ids, taps=taps)
+    return taps
+
+
+def decisions(taps, num_layers):
+    """(kind, layer) -> tuple of per-row frozensets / ints."""
+    out = {}
+    for (layer, name), value in taps.items():
+        if name == "index_selection":
+            out[("index_selection", layer)] = tuple(
+                frozenset(int(v) for v in row if v >= 0) for row in value.to(torch.int64))
+        elif name == "routing_ids":
+            out[("routing", layer)] = tuple(frozenset(int(v) for v in row)
+                                            for row in value.to(torch.int64))
+        elif name == "logits":
+            kind = "argmax" if layer == deepseek_v32.GLOBAL_LAYER else "mtp_argmax"
+            out[(kind, layer)] = tuple(int(v) for v in value.argmax(dim=-1))
+    return out
+
+
+def margins(ref, taps):
+    """Unperturbed gaps at every discrete decision (smallest over rows and layers)."""
+    c = ref.config
+    k_index = ref.index_topk
+    index_gap, zero_ties = math.inf, 0
+    group_gap, expert_gap, argmax_gap = math.inf, math.inf, math.inf
+    for (layer, name), value in taps.items():
+        if name == "index_scores":
+            for t in range(k_index, value.shape[0]):  # rows with t + 1 > K: a real choice
+                row = torch.sort(value[t, :t + 1], descending=True).values
+                if row[k_index] <= 0 and row[k_index - 1] <= 0:
+                    zero_ties += 1  # a ReLU floor: exact zeros, ordered by position
+                    continue
+                index_gap = min(index_gap, float((row[k_index - 1] - row[k_index]) / row[0]))
+        elif name == "router_scores":
+            p = f"model.layers.{layer}.mlp."
+            biased = value + ref.w[p + "gate.e_score_correction_bias"][None, :]
+            n_group, topk_group, top_k = c["n_group"], c["topk_group"], c["num_experts_per_tok"]
+            grouped = biased.reshape(biased.shape[0], n_group, -1)
+            group_scores = torch.sort(grouped, dim=-1, descending=True).values[..., :2].sum(-1)
+            if topk_group < n_group:
+                gs = torch.sort(group_scores, dim=-1, descending=True).values
+                group_gap = min(group_gap, float((gs[:, topk_group - 1] - gs[:, topk_group]).min()))
+            kept = torch.sort(group_scores, dim=-1, descending=True).indices[:, :topk_group]
+            keep = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(1, kept, True)
+            masked = biased.masked_fill(~keep.repeat_interleave(grouped.shape[-1], dim=1), -math.inf)
+            ranked = torch.sort(masked, dim=-1, descending=True).values
+            expert_gap = min(expert_gap, float((ranked[:, top_k - 1] - ranked[:, top_k]).min()))
+        elif name == "logits":
+            top2 = torch.topk(value, 2, dim=-1).values
+            argmax_gap = min(argmax_gap, float((top2[:, 0] - top2[:, 1]).min()))
+    return {"index_rel_gap": index_gap, "index_zero_ties": zero_ties, "group_gap": group_gap,
+            "expert_gap": expert_gap, "argmax_gap": argmax_gap}
+
+
+def check(ref, token_ids, trials=DEFAULT_TRIALS, rel=DEFAULT_REL, seed=0, with_mtp=True):
+    """{'passed', 'changes': [(trial, kind, layer, row)], 'margins', 'num_decisions'} for one
+    reference (its kv_cache_dtype as set)."""
+    ref.noise = None
+    base_taps = _run(ref, token_ids, with_mtp)
+    base = decisions(base_taps, ref.num_layers)
+    changes = []
+    try:
+        for trial in range(trials):
+            gen = torch.Generator()
+            gen.manual_seed(seed * 1000003 + trial)
+            ref.noise = (rel, gen)
+            now = decisions(_run(ref, token_ids, with_mtp), ref.num_layers)
+            for key, rows in base.items():
+                for row, (a, b) in enumerate(zip(rows, now[key])):
+                    if a != b:
+                        changes.append((trial, key[0], key[1], row))
+    finally:
+        ref.noise = None
+    return {"passed": not changes, "changes": changes, "margins": margins(ref, base_taps),
+            "num_decisions": sum(len(rows) for rows in base.values())}
+
+
+def check_model_dir(model_dir, token_ids, kv_cache_dtypes=("fp8", "bf16"), **kwargs):
+    """kv_cache_dtype -> check() report."""
+    return {dtype: check(deepseek_v32.DeepseekV32Reference(model_dir, kv_cache_dtype=dtype),
+                         token_ids, **kwargs) for dtype in kv_cache_dtypes}
+
+
+def format_report(label, report):
+    m = report["margins"]
+    status = "PASS" if report["passed"] else f"FAIL ({len(report['changes'])} changed decisions)"
+    lines = [f"{label}: {status}; {report['num_decisions']} decisions; margins: index rel gap "
+             f"{m['index_rel_gap']:.3g} ({m['index_zero_ties']} ReLU-floor ties), group gap "
+             f"{m['group_gap']:.3g}, expert gap {m['expert_gap']:.3g}, argmax gap {m['argmax_gap']:.3g}"]
+    for trial, kind, layer, row in report["changes"][:10]:
+        lines.append(f"  trial {trial}: {kind} layer {layer} row {row} changed")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("model_dir")
+    parser.add_argument("--token-ids", type=deepseek_v32.parse_token_ids)
+    parser.add_argument("--test-prompts", action="store_true",
+                        help="check every prompt of dayzero_ref.test_prompts")
+    parser.add_argument("--trials", type=int, default=DEFAULT_TRIALS)
+    parser.add_argument("--rel", type=float, default=DEFAULT_REL)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kv-cache-dtype", choices=("fp8", "bf16", "both"), default="both")
+    parser.add_argument("--no-mtp", action="store_true")
+    args = parser.parse_args(argv)
+    if args.test_prompts:
+        from dayzero_ref import test_prompts
+        prompts = dict(test_prompts.PROMPTS)
+    elif args.token_ids:
+        prompts = {len(args.token_ids): args.token_ids}
+    else:
+        parser.error("give --token-ids or --test-prompts")
+    dtypes = ("fp8", "bf16") if args.kv_cache_dtype == "both" else (args.kv_cache_dtype,)
+    refs = {d: deepseek_v32.DeepseekV32Reference(args.model_dir, kv_cache_dtype=d) for d in dtypes}
+    ok = True
+    for length, ids in prompts.items():
+        for dtype, ref in refs.items():
+            report = check(ref, ids, args.trials, args.rel, args.seed, not args.no_mtp)
+            ok &= report["passed"]
+            print(format_report(f"length {length:3d} kv {dtype}", report))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+# ---------------------------------------------------------------- prompt search
+
+TEST_LENGTHS = (1, 5, 15, 16, 17, 33, 64, 65, 100)
+MARKED_CAPS = (None, 32, 24, 20, 16, 12)
+
+
+def candidate_prompt(marked, length, attempt, cap):
+    """[0 (BOS)] + random ids in [2, V) drawn from a generator seeded by (length, attempt); with
+    `cap`, at most `cap` of them carry the indexer marker (`marked`: set of marked ids), so fewer
+    marked keys compete on recency."""
+    vocab = len(marked)
+    gen = torch.Generator()
+    gen.manual_seed(length * 7919 + attempt)
+    ids, num_marked = [0], int(marked[0])
+    while len(ids) < length:
+        t = int(torch.randint(2, vocab, (1,), generator=gen))
+        if cap is not None and marked[t] and num_marked >= cap:
+            continue
+        num_marked += int(marked[t])
+        ids.append(t)
+    return ids
+
+
+def search_prompt(refs, length, attempts_per_cap=3, trials=DEFAULT_TRIALS, rel=DEFAULT_REL):
+    """The first candidate prompt of `length` that passes check() for every reference in `refs`
+    (one per kv_cache_dtype), trying the marker caps in MARKED_CAPS order; (ids, cap, reports)."""
+    from dayzero_ref import decisive_v32
+    emb = next(iter(refs)).w["model.embed_tokens.weight"]
+    marked = [bool(emb[i, decisive_v32.MARKER_COORD] > 0) for i in range(emb.shape[0])]
+    for cap in MARKED_CAPS:
+        for attempt in range(attempts_per_cap):
+            ids = candidate_prompt(marked, length, attempt, cap)
+            reports = [check(ref, ids, trials, rel) for ref in refs]
+            if all(r["passed"] for r in reports):
+                return ids, cap, reports
+    return None, None, None
