@@ -1,0 +1,129 @@
+// LinearWeight (kernels/linear.h) on FP8 128×128 block weights: the fused GEMV at 1–4 tokens and
+// the dequantize-tile GEMM at 16–256, cycling through a >= 1 GiB set of [2048, 7168] matrices (the
+// shape of a DeepSeek-V3 expert's gate/up) so that every call reads its weights from DRAM, not from
+// the 480 MiB L3. GEMV reports weight bytes per second as a fraction of the DRAM read bandwidth
+// measured in the same run (machine_limits.h); the GEMM reports FLOP/s against the BF16 GEMM
+// limit. Also a BF16 GEMV on the same shapes (2 bytes per weight) for comparison.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "dayzero/core/parallel.h"
+#include "dayzero/kernels/linear.h"
+#include "machine_limits.h"
+
+namespace {
+
+using dz::kernels::LinearWeight;
+
+constexpr int64_t kOut = 2048, kIn = 7168;
+constexpr int64_t kSetBytes = int64_t{1} << 30;
+
+const dz::bench::MachineLimits& limits() {
+  static const dz::bench::MachineLimits measured = [] {
+    dz::bench::LimitsOptions options;
+    options.min_seconds = 0.5;
+    dz::bench::MachineLimits m = dz::bench::measure_limits(options);
+    std::fprintf(stderr,
+                 "limits: DRAM %.1f GB/s (1 thread) / %.1f GB/s (%d threads); BF16 GEMM %.0f "
+                 "GFLOP/s (%s)\n",
+                 m.dram_read_gbps_1thread, m.dram_read_gbps, m.num_threads, m.gemm_bf16_gflops,
+                 m.gemm_bf16_impl.c_str());
+    return m;
+  }();
+  return measured;
+}
+
+// Random finite E4M3 codes from a xorshift stream, power-of-two scales.
+std::vector<LinearWeight> make_set(bool fp8, int64_t set_bytes) {
+  const int64_t bytes_per_matrix = kOut * kIn * (fp8 ? 1 : 2);
+  const int64_t num_matrices = (set_bytes + bytes_per_matrix - 1) / bytes_per_matrix;
+  std::vector<LinearWeight> set;
+  std::vector<uint8_t> codes(static_cast<size_t>(kOut * kIn));
+  std::vector<float> scales(static_cast<size_t>((kOut / 128) * (kIn / 128)), 1.0f / 256);
+  std::vector<float> values;
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  for (int64_t m = 0; m < num_matrices; ++m) {
+    for (size_t e = 0; e < codes.size(); e += 8) {
+      state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+      for (size_t b = 0; b < 8; ++b) {
+        const auto c = static_cast<uint8_t>(state >> (8 * b));
+        codes[e + b] = (c & 0x7F) == 0x7F ? 0x7E : c;
+      }
+    }
+    if (fp8) {
+      auto w = LinearWeight::from_fp8_block(
+          dz::TensorView(codes.data(), dz::DType::kF8E4M3, dz::Shape{kOut, kIn}),
+          dz::TensorView(scales.data(), dz::DType::kF32, dz::Shape{kOut / 128, kIn / 128}), 128,
+          128);
+      set.push_back(std::move(w).value());
+    } else {
+      values.resize(codes.size());
+      for (size_t e = 0; e < codes.size(); ++e) values[e] = (codes[e] - 128) * (1.0f / 1024);
+      set.push_back(LinearWeight::from_f32_as_bf16(values.data(), kOut, kIn));
+    }
+  }
+  return set;
+}
+
+const std::vector<LinearWeight>& fp8_set() {
+  static const std::vector<LinearWeight> set = make_set(true, kSetBytes);
+  return set;
+}
+
+void run(benchmark::State& state, const std::vector<LinearWeight>& set, int64_t weight_bytes) {
+  const int64_t num_tokens = state.range(0);
+  const int num_threads = static_cast<int>(state.range(1));
+  const dz::ExecContext ctx{num_threads};
+  std::vector<float> x(static_cast<size_t>(num_tokens * kIn)), y(num_tokens * kOut);
+  for (size_t e = 0; e < x.size(); ++e) x[e] = static_cast<float>(e % 17) * 0.125f - 1.0f;
+  size_t next = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    set[next].forward(ctx, x.data(), num_tokens, y.data());
+    benchmark::DoNotOptimize(y.data());
+    next = (next + 1) % set.size();
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double calls = static_cast<double>(state.iterations());
+  const double gbps = static_cast<double>(weight_bytes) * calls / seconds / 1e9;
+  const double gflops = 2.0 * static_cast<double>(num_tokens * kOut * kIn) * calls / seconds / 1e9;
+  const dz::bench::MachineLimits& m = limits();
+  const double dram = num_threads == 1 ? m.dram_read_gbps_1thread : m.dram_read_gbps;
+  state.counters["GB/s"] = gbps;
+  state.counters["of_dram"] = gbps / dram;
+  state.counters["GFLOP/s"] = gflops;
+  state.counters["of_bf16_gemm"] = gflops / m.gemm_bf16_gflops;
+}
+
+void BM_Fp8Linear(benchmark::State& state) {
+  limits();
+  run(state, fp8_set(), kOut * kIn + (kOut / 128) * (kIn / 128) * 4);
+}
+
+void BM_Bf16Linear(benchmark::State& state) {
+  limits();
+  static const std::vector<LinearWeight> set = make_set(false, kSetBytes);
+  run(state, set, kOut * kIn * 2);
+}
+
+void thread_args(benchmark::internal::Benchmark* b, std::initializer_list<int64_t> tokens) {
+  const int64_t all = dz::default_num_threads();
+  for (int64_t t : tokens) {
+    b->Args({t, 1});
+    if (all > 1) b->Args({t, all});
+  }
+  b->ArgNames({"tokens", "threads"})->UseRealTime()->MinTime(1.0);
+}
+
+BENCHMARK(BM_Fp8Linear)->Apply([](auto* b) { thread_args(b, {1, 2, 4, 16, 64, 256}); });
+BENCHMARK(BM_Bf16Linear)->Apply([](auto* b) { thread_args(b, {1}); });
+
+}  // namespace
+
+BENCHMARK_MAIN();
