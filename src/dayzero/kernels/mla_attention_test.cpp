@@ -197,11 +197,11 @@ TEST_P(MlaAttention, TiledFormsMatchReferencesDenseAndSparse) {
     int64_t selection_width;
   };
   const std::vector<int32_t> many{0, 15, 16, 17, 63, 64, 200, 300};
-  for (const Case& c : {Case{many, 0}, Case{many, 40}, Case{{300}, 0}, Case{{300}, 280}}) {
-    Problem p = make_problem(rng, GetParam(), 301, c.positions);
-    if (c.selection_width > 0) add_random_selection(rng, p, c.selection_width);
-    SCOPED_TRACE(::testing::Message()
-                 << c.positions.size() << " queries, selection width " << c.selection_width);
+  for (const Case& test_case : {Case{many, 0}, Case{many, 40}, Case{{300}, 0}, Case{{300}, 280}}) {
+    Problem p = make_problem(rng, GetParam(), 301, test_case.positions);
+    if (test_case.selection_width > 0) add_random_selection(rng, p, test_case.selection_width);
+    SCOPED_TRACE(::testing::Message() << test_case.positions.size() << " queries, selection width "
+                                      << test_case.selection_width);
     const std::vector<float> q_abs = absorb_queries(p);
     std::vector<float> ref_lat, ref_out;
     mla_attention_absorbed_ref(p.cache(), p.keys(), absorbed_args(p, q_abs, ref_lat));

@@ -74,6 +74,11 @@ class MlaBlock {
   // attends each token to its allowed keys (causal prefix of its sequence, or `selection`) and
   // writes out [num_tokens, d] (FP32, before the residual add). Chooses the prefill form for
   // sequences with many new tokens and the absorbed form otherwise; both read keys from the cache.
+  // An upper bound of what forward() takes from `scratch` for a step of at most max_tokens tokens
+  // and selections of at most max_selection_width (0: dense).
+  size_t scratch_bytes(const ExecContext& ctx, int64_t max_tokens,
+                       int64_t max_selection_width) const;
+
   void forward(const ExecContext& ctx, const ForwardBatch& batch, const float* x, const float* c_q,
                const MlaLayerCache& cache, const TokenSelection& selection, float* out,
                Arena& scratch, TapSink* taps, int layer_id) const;

@@ -1,0 +1,239 @@
+// MLA block, models.md §2 with the numerics policy of issue 3: every linear output and norm output
+// rounded to BF16, k_pe and q_pe rounded after RoPE, c_kv cached (fp8 round trip or bf16) and read
+// back by both attention forms, scores/softmax FP32, per-head output rounded to BF16 before o_proj.
+#include "dayzero/model/blocks/mla.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "dayzero/core/check.h"
+#include "dayzero/kernels/mla_attention.h"
+#include "dayzero/kernels/norms.h"
+
+namespace dz::model {
+namespace {
+
+// A sequence with at most this many new tokens attends in the absorbed form (decode, speculative
+// verification rows); longer ones use the prefill form unless sparse over a long range (below).
+constexpr int64_t kAbsorbedMaxTokens = 4;
+// The prefill form holds per-query state [H, d_v + 2]; longer sequences run in query chunks of
+// this many tokens (each chunk up-projects its key range once).
+constexpr int64_t kPrefillQueryChunk = 1024;
+
+float* take_floats(Arena& scratch, int64_t num_elems) {
+  return reinterpret_cast<float*>(scratch.allocate(static_cast<size_t>(num_elems) * 4).data());
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  float partial[8] = {};  // eight interleaved sums: vectorizable without -ffast-math
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) partial[j] += a[i + j] * b[i + j];
+  float sum = 0;
+  for (; i < n; ++i) sum += a[i] * b[i];
+  for (float p : partial) sum += p;
+  return sum;
+}
+
+// FP32 buffers of forward(): q, kv, o, the gate, q_abs and o_lat (one query chunk).
+int64_t buffer_floats(const MlaConfig& c, int64_t num_tokens) {
+  const int64_t H = c.num_heads, chunk = std::min(num_tokens, kPrefillQueryChunk);
+  return num_tokens * (H * (c.qk_nope_head_dim + c.qk_rope_head_dim) + c.kv_lora_rank +
+                       c.qk_rope_head_dim + H * c.v_head_dim * (c.output_gate ? 2 : 1)) +
+         2 * chunk * H * c.kv_lora_rank;
+}
+
+// Workspace of the attention kernels for one query chunk of either form.
+size_t attention_workspace_bytes(const ExecContext& ctx, const MlaConfig& c, int64_t num_tokens,
+                                 int64_t selection_width) {
+  const kernels::MlaCacheLayout layout{.latent_dim = c.kv_lora_rank,
+                                       .rope_dim = c.qk_rope_head_dim};
+  const int64_t chunk = std::min(num_tokens, kPrefillQueryChunk);
+  std::vector<int32_t> positions(static_cast<size_t>(chunk));
+  const kernels::MlaQueryKeys keys{
+      .positions = positions, .selection = {}, .selection_width = selection_width};
+  return std::max(kernels::mla_absorbed_workspace_bytes(ctx, layout, chunk, c.num_heads),
+                  kernels::mla_prefill_workspace_bytes(ctx, layout, keys, c.num_heads,
+                                                       c.qk_nope_head_dim, c.v_head_dim));
+}
+
+}  // namespace
+
+MlaBlock::MlaBlock(MlaConfig config, MlaWeights weights)
+    : config_(std::move(config)), weights_(std::move(weights)) {
+  const MlaConfig& c = config_;
+  const int64_t H = c.num_heads, d_n = c.qk_nope_head_dim, d_v = c.v_head_dim;
+  const int64_t r_kv = c.kv_lora_rank;
+  DZ_CHECK(weights_.kv_b_proj.out_features() == H * (d_n + d_v) &&
+               weights_.kv_b_proj.in_features() == r_kv,
+           "kv_b_proj is [{}, {}], want [{}, {}]", weights_.kv_b_proj.out_features(),
+           weights_.kv_b_proj.in_features(), H * (d_n + d_v), r_kv);
+  DZ_CHECK((c.q_lora_rank > 0) == weights_.q_a_proj.has_value(), "q_lora_rank {} but q_a_proj {}",
+           c.q_lora_rank, weights_.q_a_proj ? "present" : "absent");
+  DZ_CHECK(c.output_gate == weights_.g_proj.has_value(), "output_gate {} but g_proj {}",
+           c.output_gate, weights_.g_proj ? "present" : "absent");
+  DZ_CHECK(!c.rope || c.rope->rope_dim == c.qk_rope_head_dim, "rope_dim {} vs qk_rope_head_dim {}",
+           c.rope ? c.rope->rope_dim : 0, c.qk_rope_head_dim);
+  // kv_b_proj viewed as [H, d_n + d_v, r_kv]; both forms use its BF16 dequantization (§2.3), so
+  // that they compute the same function.
+  std::vector<float> kv_b(static_cast<size_t>(H * (d_n + d_v) * r_kv));
+  weights_.kv_b_proj.dequantize(kv_b.data());
+  kernels::round_to_bf16(kv_b.data(), static_cast<int64_t>(kv_b.size()));
+  w_uk_.resize(static_cast<size_t>(H * d_n * r_kv));
+  w_uv_.resize(static_cast<size_t>(H * d_v * r_kv));
+  for (int64_t h = 0; h < H; ++h) {
+    const float* head = kv_b.data() + h * (d_n + d_v) * r_kv;
+    std::copy_n(head, d_n * r_kv, w_uk_.data() + h * d_n * r_kv);
+    std::copy_n(head + d_n * r_kv, d_v * r_kv, w_uv_.data() + h * d_v * r_kv);
+  }
+}
+
+void MlaBlock::q_latent(const ExecContext& ctx, const float* x, int64_t num_tokens,
+                        float* c_q) const {
+  DZ_CHECK(config_.q_lora_rank > 0, "q_latent needs q LoRA");
+  const int64_t r_q = config_.q_lora_rank;
+  weights_.q_a_proj->forward(ctx, x, num_tokens, c_q);
+  kernels::round_to_bf16(c_q, num_tokens * r_q);
+  kernels::rms_norm(ctx, c_q, r_q, weights_.q_a_layernorm.data(), c_q, r_q, num_tokens, r_q,
+                    config_.q_norm_eps);
+  kernels::round_to_bf16(c_q, num_tokens * r_q);
+}
+
+size_t MlaBlock::scratch_bytes(const ExecContext& ctx, int64_t max_tokens,
+                               int64_t max_selection_width) const {
+  return static_cast<size_t>(buffer_floats(config_, max_tokens)) * 4 + 8 * kBufferAlignment +
+         attention_workspace_bytes(ctx, config_, max_tokens, max_selection_width);
+}
+
+void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const float* x,
+                       const float* c_q, const MlaLayerCache& cache,
+                       const TokenSelection& selection, float* out, Arena& scratch, TapSink* taps,
+                       int layer_id) const {
+  const MlaConfig& c = config_;
+  const int64_t T = batch.num_tokens(), H = c.num_heads;
+  const int64_t d_n = c.qk_nope_head_dim, d_r = c.qk_rope_head_dim, d_v = c.v_head_dim;
+  const int64_t r_kv = c.kv_lora_rank, q_width = d_n + d_r;
+  DZ_CHECK(cache.layout.latent_dim == r_kv && cache.layout.rope_dim == d_r,
+           "cache records {} + {}, block wants {} + {}", cache.layout.latent_dim,
+           cache.layout.rope_dim, r_kv, d_r);
+  DZ_CHECK((c.q_lora_rank > 0) == (c_q != nullptr), "c_q must be given exactly with q LoRA");
+  if (T == 0) return;
+
+  // q [T, H, d_n + d_r] from c_q (q LoRA) or x (q_proj); kv [T, r_kv + d_r] = [c_raw ; k_raw].
+  float* q = take_floats(scratch, T * H * q_width);
+  weights_.q_b_proj.forward(ctx, c.q_lora_rank > 0 ? c_q : x, T, q);
+  kernels::round_to_bf16(q, T * H * q_width);
+  float* kv = take_floats(scratch, T * (r_kv + d_r));
+  weights_.kv_a_proj_with_mqa.forward(ctx, x, T, kv);
+  kernels::round_to_bf16(kv, T * (r_kv + d_r));
+  // c_kv = RMSNorm(c_raw) in place; the rope part is not normalized.
+  kernels::rms_norm(ctx, kv, r_kv + d_r, weights_.kv_a_layernorm.data(), kv, r_kv + d_r, T, r_kv,
+                    c.kv_norm_eps);
+  for (int64_t t = 0; t < T; ++t) kernels::round_to_bf16(kv + t * (r_kv + d_r), r_kv);
+  if (c.rope) {  // interleaved (DeepSeek MLA); NoPE models leave both parts unrotated
+    kernels::apply_rope(ctx, *c.rope, kernels::RopeLayout::kInterleaved, batch.positions, q + d_n,
+                        H * q_width, H, q_width);
+    kernels::apply_rope(ctx, *c.rope, kernels::RopeLayout::kInterleaved, batch.positions, kv + r_kv,
+                        r_kv + d_r, 1, 0);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t h = 0; h < H; ++h) kernels::round_to_bf16(q + (t * H + h) * q_width + d_n, d_r);
+      kernels::round_to_bf16(kv + t * (r_kv + d_r) + r_kv, d_r);
+    }
+  }
+  // Every token's record first, so that each query reads its own key back from the cache.
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t slot = batch.slot_mapping[static_cast<size_t>(t)];
+    if (slot < 0) continue;  // −1: a padding token with no cache slot (formats.md §5.1)
+    const float* row = kv + t * (r_kv + d_r);
+    kernels::write_mla_record(cache.layout, cache.pool, slot, row, row + r_kv);
+  }
+
+  float* o = take_floats(scratch, T * H * d_v);  // [T, H, d_v]
+  float* q_abs = take_floats(scratch, std::min(T, kPrefillQueryChunk) * H * r_kv);
+  float* o_lat = take_floats(scratch, std::min(T, kPrefillQueryChunk) * H * r_kv);
+  std::span<std::byte> workspace =
+      scratch.allocate(attention_workspace_bytes(ctx, c, T, selection.width));
+
+  for (const SequenceSlice& seq : batch.sequences) {
+    const kernels::MlaCacheView view{.layout = cache.layout,
+                                     .pool = cache.pool,
+                                     .block_size = batch.block_size,
+                                     .block_table = seq.block_table};
+    const int64_t range = seq.num_cached_after();
+    const bool absorbed = seq.num_tokens <= kAbsorbedMaxTokens ||
+                          (selection.width > 0 && range > 4 * selection.width);
+    for (int64_t chunk = 0; chunk < seq.num_tokens; chunk += kPrefillQueryChunk) {
+      const int64_t t0 = seq.token_begin + chunk;
+      const int64_t n = std::min(kPrefillQueryChunk, seq.num_tokens - chunk);
+      kernels::MlaQueryKeys keys{
+          .positions = batch.positions.subspan(static_cast<size_t>(t0), static_cast<size_t>(n)),
+          .selection = {},
+          .selection_width = 0};
+      if (selection.width > 0) {
+        keys.selection = selection.positions.subspan(static_cast<size_t>(t0 * selection.width),
+                                                     static_cast<size_t>(n * selection.width));
+        keys.selection_width = selection.width;
+      }
+      if (!absorbed) {
+        kernels::mla_attention_prefill(ctx, view, keys,
+                                       {.num_heads = H,
+                                        .nope_dim = d_n,
+                                        .v_dim = d_v,
+                                        .softmax_scale = c.softmax_scale,
+                                        .q_nope = q + t0 * H * q_width,
+                                        .q_pe = q + t0 * H * q_width + d_n,
+                                        .q_token_stride = H * q_width,
+                                        .q_head_stride = q_width,
+                                        .w_uk = w_uk_.data(),
+                                        .w_uv = w_uv_.data(),
+                                        .out = o + t0 * H * d_v},
+                                       workspace);
+        continue;
+      }
+      // q_abs_h = W_UK_hᵀ q_nope_h, FP32 (§2.3).
+      parallel_for(ctx, n * H, 4, [&](int64_t begin, int64_t end) {
+        for (int64_t item = begin; item < end; ++item) {
+          const int64_t i = item / H, h = item % H;
+          const float* q_nope = q + ((t0 + i) * H + h) * q_width;
+          float* dst = q_abs + (i * H + h) * r_kv;
+          std::fill_n(dst, r_kv, 0.0f);
+          for (int64_t k = 0; k < d_n; ++k) {
+            const float* w_row = w_uk_.data() + (h * d_n + k) * r_kv;
+            for (int64_t j = 0; j < r_kv; ++j) dst[j] += q_nope[k] * w_row[j];
+          }
+        }
+      });
+      kernels::mla_attention_absorbed(ctx, view, keys,
+                                      {.num_heads = H,
+                                       .softmax_scale = c.softmax_scale,
+                                       .q_abs = q_abs,
+                                       .q_pe = q + t0 * H * q_width + d_n,
+                                       .q_pe_token_stride = H * q_width,
+                                       .q_pe_head_stride = q_width,
+                                       .o_lat = o_lat},
+                                      workspace);
+      // o_h = W_UV_h o_lat_h.
+      parallel_for(ctx, n * H, 4, [&](int64_t begin, int64_t end) {
+        for (int64_t item = begin; item < end; ++item) {
+          const int64_t i = item / H, h = item % H;
+          for (int64_t k = 0; k < d_v; ++k)
+            o[((t0 + i) * H + h) * d_v + k] =
+                dot(w_uv_.data() + (h * d_v + k) * r_kv, o_lat + (i * H + h) * r_kv, r_kv);
+        }
+      });
+    }
+  }
+
+  if (c.output_gate) {  // K3: o_h ⊙ σ(Linear(x; g_proj))_h, the gate logits rounded like any linear
+    float* gate = take_floats(scratch, T * H * d_v);
+    weights_.g_proj->forward(ctx, x, T, gate);
+    kernels::round_to_bf16(gate, T * H * d_v);
+    for (int64_t i = 0; i < T * H * d_v; ++i) o[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+  }
+  kernels::round_to_bf16(o, T * H * d_v);
+  weights_.o_proj.forward(ctx, o, T, out);
+  kernels::round_to_bf16(out, T * c.hidden_size);
+  tap(taps, layer_id, "attn_out", out, Shape{T, c.hidden_size});
+}
+
+}  // namespace dz::model
