@@ -1,5 +1,9 @@
 #include "dayzero/kernels/lightning_indexer.h"
 
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <limits>
 
@@ -24,6 +28,8 @@ Avx512WorkerLayout avx512_worker_layout(int64_t num_heads, int64_t key_dim, int6
   size_t offset = 0;
   layout.keys_offset = offset;
   offset += align64(static_cast<size_t>(kChunkKeys) * dim * sizeof(float));
+  layout.c_tiles_offset = offset;
+  offset += 4 * 16 * 16 * sizeof(float);
   layout.q_offset = offset;
   offset += align64(static_cast<size_t>(kTileQueries) * dim * heads * sizeof(float));
   layout.w_offset = offset;
@@ -88,6 +94,19 @@ bool lightning_indexer_avx512_available(const IndexKeyCache& keys) {
          keys.layout.block_size % indexer_detail::kChunkKeys == 0;
 }
 
+bool lightning_indexer_amx_available(const IndexKeyCache& keys) {
+  // CPUID.(7,0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE; then Linux must grant the tile data state
+  // to this process (arch_prctl ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18).
+  static const bool cpu_ok = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    if ((edx & (1u << 22)) == 0 || (edx & (1u << 24)) == 0) return false;
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  }();
+  return cpu_ok && lightning_indexer_avx512_available(keys) &&
+         keys.layout.key_dim % indexer_detail::kAmxTileDepth == 0;
+}
+
 void lightning_indexer(const ExecContext& ctx, const IndexKeyCache& keys,
                        const IndexerQueries& queries, int64_t top_k, std::span<int32_t> selection,
                        std::span<float> scores, std::span<std::byte> workspace,
@@ -111,9 +130,14 @@ void lightning_indexer(const ExecContext& ctx, const IndexKeyCache& keys,
   if (num_queries == 0) return;
 
   if (variant == IndexerVariant::kAuto)
-    variant =
-        lightning_indexer_avx512_available(keys) ? IndexerVariant::kAvx512 : IndexerVariant::kRef;
-  if (variant == IndexerVariant::kAvx512) {
+    variant = lightning_indexer_amx_available(keys)      ? IndexerVariant::kAmx
+              : lightning_indexer_avx512_available(keys) ? IndexerVariant::kAvx512
+                                                         : IndexerVariant::kRef;
+  if (variant == IndexerVariant::kAmx) {
+    DZ_CHECK(lightning_indexer_amx_available(keys),
+             "the AMX indexer needs AMX-BF16 granted by the OS and the AVX-512 variant's shapes");
+    lightning_indexer_amx(ctx, keys, queries, top_k, selection, scores, workspace);
+  } else if (variant == IndexerVariant::kAvx512) {
     DZ_CHECK(lightning_indexer_avx512_available(keys),
              "the AVX-512 indexer needs AVX-512 F/BW/VBMI, key_dim % 64 == 0 and block_size % 16 "
              "== 0 (key_dim {}, block_size {})",

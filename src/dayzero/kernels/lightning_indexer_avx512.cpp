@@ -53,7 +53,8 @@ alignas(64) constexpr Bf16ByteTables kBf16Tables = make_bf16_tables();
 
 struct E4m3Decoder {
   __m512i hi_lo_half, hi_hi_half, lo_lo_half, lo_hi_half, sign_bits;
-  __m512i spread[4];  // byte indices placing lo/hi of codes 16j..16j+15 in dwords
+  __m512i spread[4];       // byte indices placing lo/hi of codes 16j..16j+15 in dwords
+  __m512i bf16_spread[2];  // byte indices placing lo/hi of codes 32j..32j+31 in words
 
   E4m3Decoder() {
     hi_lo_half = _mm512_loadu_si512(kBf16Tables.hi.data());
@@ -69,6 +70,24 @@ struct E4m3Decoder {
       }
       spread[j] = _mm512_load_si512(index.data());
     }
+    for (int j = 0; j < 2; ++j) {
+      alignas(64) std::array<uint8_t, 64> index{};
+      for (int i = 0; i < 32; ++i) {
+        index[static_cast<size_t>(2 * i)] = static_cast<uint8_t>(32 * j + i);           // lo
+        index[static_cast<size_t>(2 * i + 1)] = static_cast<uint8_t>(64 + 32 * j + i);  // hi
+      }
+      bf16_spread[j] = _mm512_load_si512(index.data());
+    }
+  }
+
+  // out[0, 64) = BF16 bits of decode(codes[0, 64)), exactly.
+  void decode64_bf16(const uint8_t* codes, uint16_t* out) const {
+    const __m512i c = _mm512_loadu_si512(codes);
+    __m512i hi = _mm512_permutex2var_epi8(hi_lo_half, c, hi_hi_half);
+    const __m512i lo = _mm512_permutex2var_epi8(lo_lo_half, c, lo_hi_half);
+    hi = _mm512_ternarylogic_epi32(hi, c, sign_bits, 0xF8);
+    _mm512_store_si512(out, _mm512_permutex2var_epi8(lo, bf16_spread[0], hi));
+    _mm512_store_si512(out + 32, _mm512_permutex2var_epi8(lo, bf16_spread[1], hi));
   }
 
   // out[0, 64) = decode(codes[0, 64)), exactly.
@@ -149,6 +168,113 @@ void score_chunk(const float* q_t, int64_t padded_heads, const float* w, const f
   }
 }
 
+// ---------------------------------------------------------------- AMX-BF16 scoring
+// C[key, head] (16 × 16 FP32 tiles 0–3, one per group of 16 heads) += A[key, d] (tile 4: 16 keys ×
+// 32 BF16 of a key chunk) · B[d, head] (tiles 5–6: the query in VNNI pairs). E4M3 values are normal
+// BF16 numbers and their products are exact in FP32, so the tiles compute the same dots as the FMA
+// path up to the FP32 summation order.
+
+constexpr int64_t kTileDepth = indexer_detail::kAmxTileDepth;
+// How far ahead (in key positions) Worker::run prefetches the cached keys.
+constexpr int64_t kPrefetchKeys = 4 * indexer_detail::kChunkKeys;
+
+struct TileConfig {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+__attribute__((target("amx-tile"))) void configure_tiles() {
+  alignas(64) TileConfig config;
+  for (int tile = 0; tile < 7; ++tile) {
+    config.rows[tile] = 16;
+    config.colsb[tile] = 64;
+  }
+  // GCC 12's _tile_loadconfig() declares only 8 bytes of the config as read, so the stores to the
+  // rest may be dropped; this asm reads the whole 64-byte object.
+  asm volatile("ldtilecfg %0" : : "m"(config));
+}
+
+__attribute__((target("amx-tile"))) void release_tiles() {
+  _tile_release();
+}
+
+// q_vnni: the query as B tiles, [head_group][d / 32][16 pairs][16 heads][2] BF16.
+uint16_t* vnni_tile(uint16_t* q_vnni, int64_t group, int64_t step, int64_t num_steps) {
+  return q_vnni + (group * num_steps + step) * 16 * 32;
+}
+
+template <int G>
+__attribute__((target("amx-tile,amx-bf16"))) void amx_dots(const uint16_t* keys, int64_t key_dim,
+                                                           const uint16_t* q_vnni, int64_t group0,
+                                                           float* c_tiles) {
+  const int64_t num_steps = key_dim / kTileDepth;
+  const auto key_stride = static_cast<int>(key_dim * 2);
+  _tile_zero(0);
+  if constexpr (G > 1) _tile_zero(1);
+  if constexpr (G > 2) _tile_zero(2);
+  if constexpr (G > 3) _tile_zero(3);
+  auto b = [&](int64_t group, int64_t step) {
+    return q_vnni + ((group0 + group) * num_steps + step) * 16 * 32;
+  };
+  for (int64_t step = 0; step < num_steps; ++step) {
+    _tile_loadd(4, keys + step * kTileDepth, key_stride);
+    _tile_loadd(5, b(0, step), 64);
+    _tile_dpbf16ps(0, 4, 5);
+    if constexpr (G > 1) {
+      _tile_loadd(6, b(1, step), 64);
+      _tile_dpbf16ps(1, 4, 6);
+    }
+    if constexpr (G > 2) {
+      _tile_loadd(5, b(2, step), 64);
+      _tile_dpbf16ps(2, 4, 5);
+    }
+    if constexpr (G > 3) {
+      _tile_loadd(6, b(3, step), 64);
+      _tile_dpbf16ps(3, 4, 6);
+    }
+  }
+  _tile_stored(0, c_tiles, 64);
+  if constexpr (G > 1) _tile_stored(1, c_tiles + 256, 64);
+  if constexpr (G > 2) _tile_stored(2, c_tiles + 512, 64);
+  if constexpr (G > 3) _tile_stored(3, c_tiles + 768, 64);
+}
+
+// chunk_scores[j] = Σ_h w_h · ReLU(q_h · k_j) for the kChunkKeys keys (BF16, [16, key_dim]).
+void score_chunk_amx(const uint16_t* q_vnni, int64_t padded_heads, const float* w,
+                     const uint16_t* keys, int64_t key_dim, float* c_tiles, float* chunk_scores) {
+  for (int64_t j = 0; j < kChunkKeys; ++j) chunk_scores[j] = 0.0f;
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t head = 0; head < padded_heads; head += 64) {
+    const int64_t num_groups = std::min<int64_t>(4, (padded_heads - head) / 16);
+    const int64_t group0 = head / 16;
+    switch (num_groups) {
+      case 1:
+        amx_dots<1>(keys, key_dim, q_vnni, group0, c_tiles);
+        break;
+      case 2:
+        amx_dots<2>(keys, key_dim, q_vnni, group0, c_tiles);
+        break;
+      case 3:
+        amx_dots<3>(keys, key_dim, q_vnni, group0, c_tiles);
+        break;
+      default:
+        amx_dots<4>(keys, key_dim, q_vnni, group0, c_tiles);
+        break;
+    }
+    for (int64_t j = 0; j < kChunkKeys; ++j) {
+      __m512 sum = _mm512_mul_ps(_mm512_load_ps(w + head),
+                                 _mm512_max_ps(_mm512_load_ps(c_tiles + j * 16), zero));
+      for (int64_t g = 1; g < num_groups; ++g)
+        sum = _mm512_fmadd_ps(_mm512_load_ps(w + head + 16 * g),
+                              _mm512_max_ps(_mm512_load_ps(c_tiles + g * 256 + j * 16), zero), sum);
+      chunk_scores[j] += _mm512_reduce_add_ps(sum);
+    }
+  }
+}
+
 // A bounded max-heap whose top is the worst kept entry (the one every other ranks before).
 struct TopKHeap {
   ScoredPos* entries = nullptr;
@@ -199,6 +325,7 @@ struct Worker {
   const E4m3Decoder& decoder;
   int64_t top_k;
   std::byte* base;  // this worker's workspace slice
+  bool amx;         // AMX-BF16 tiles instead of FMA (BF16 keys and VNNI queries in the same slots)
 
   float* key_buffer() const { return reinterpret_cast<float*>(base + layout.keys_offset); }
   float* q_t(int64_t i) const {
@@ -208,6 +335,8 @@ struct Worker {
   float* weights(int64_t i) const {
     return reinterpret_cast<float*>(base + layout.w_offset) + i * layout.padded_heads;
   }
+  uint16_t* q_vnni(int64_t i) const { return reinterpret_cast<uint16_t*>(q_t(i)); }
+  float* c_tiles() const { return reinterpret_cast<float*>(base + layout.c_tiles_offset); }
   ScoredPos* heap_entries(int64_t i) const {
     return reinterpret_cast<ScoredPos*>(base + layout.heap_offset) + i * top_k;
   }
@@ -235,18 +364,48 @@ void Worker::run(int64_t query_begin, int64_t query_end, int64_t block_begin, in
     heaps[i] = TopKHeap{heap_entries(i), 0, std::min(top_k, last_visible[i] + 1)};
     // q_t[d, h] = decode(q[h, d]); padding heads are zero and carry zero weight.
     const uint8_t* codes = queries.q_codes + t * num_heads * key_dim;
-    float* qt = q_t(i);
     float* w = weights(i);
-    for (int64_t d = 0; d < key_dim; ++d) {
-      for (int64_t h = 0; h < num_heads; ++h)
-        qt[d * padded_heads + h] = formats::kE4m3Values[codes[h * key_dim + d]];
-      for (int64_t h = num_heads; h < padded_heads; ++h) qt[d * padded_heads + h] = 0.0f;
+    if (amx) {
+      const int64_t num_steps = key_dim / kTileDepth;
+      for (int64_t h = 0; h < padded_heads; ++h)
+        for (int64_t d = 0; d < key_dim; ++d) {
+          const float value = h < num_heads ? formats::kE4m3Values[codes[h * key_dim + d]] : 0.0f;
+          uint16_t* tile = vnni_tile(q_vnni(i), h / 16, d / kTileDepth, num_steps);
+          tile[(d % kTileDepth / 2) * 32 + (h % 16) * 2 + d % 2] =
+              static_cast<uint16_t>(std::bit_cast<uint32_t>(value) >> 16);
+        }
+    } else {
+      float* qt = q_t(i);
+      for (int64_t d = 0; d < key_dim; ++d) {
+        for (int64_t h = 0; h < num_heads; ++h)
+          qt[d * padded_heads + h] = formats::kE4m3Values[codes[h * key_dim + d]];
+        for (int64_t h = num_heads; h < padded_heads; ++h) qt[d * padded_heads + h] = 0.0f;
+      }
     }
     for (int64_t h = 0; h < padded_heads; ++h)
       w[h] = h < num_heads ? queries.head_weights[t * num_heads + h] : 0.0f;
   }
 
+  // Blocks sit anywhere in the pool, so the hardware prefetcher restarts at each one; with AMX the
+  // work per chunk is short enough for DRAM latency to show. Fetch the codes and scales of the
+  // chunk kPrefetchKeys positions ahead.
+  auto prefetch_chunk = [&](int64_t pos, int64_t end_pos) {
+    if (pos >= end_pos) return;
+    const int64_t block_id = keys.block_table[static_cast<size_t>(pos / block_size)];
+    const char* chunk_base = reinterpret_cast<const char*>(keys.pool) +
+                             block_id * keys.layout.block_bytes() + pos % block_size * key_dim;
+    for (int64_t line = 0; line < kChunkKeys * key_dim; line += 64)
+      _mm_prefetch(chunk_base + line, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(keys.pool) + block_id * keys.layout.block_bytes() +
+                     block_size * key_dim + pos % block_size * 4,
+                 _MM_HINT_T0);
+  };
   float* key_buf = key_buffer();
+  // AMX: two BF16 chunk buffers used in turn (both fit in the FP32 chunk's slot), so that the
+  // decode of a chunk does not overwrite memory the previous chunk's tile loads may still read.
+  uint16_t* key_bf16 = reinterpret_cast<uint16_t*>(key_buf);
+  int64_t chunk_count = 0;
+  if (amx) configure_tiles();
   alignas(64) float chunk_scores[kChunkKeys];
   for (int64_t block = block_begin; block < block_end; ++block) {
     const int64_t block_id = keys.block_table[static_cast<size_t>(block)];
@@ -256,14 +415,26 @@ void Worker::run(int64_t query_begin, int64_t query_end, int64_t block_begin, in
     for (int64_t offset = 0; offset < block_size; offset += kChunkKeys) {
       const int64_t first_pos = block * block_size + offset;
       if (first_pos > max_last_visible) break;
+      prefetch_chunk(first_pos + kPrefetchKeys,
+                     std::min(block_end * block_size, max_last_visible + 1));
+      key_bf16 = reinterpret_cast<uint16_t*>(key_buf) + (chunk_count++ % 2) * kChunkKeys * key_dim;
       for (int64_t j = 0; j < kChunkKeys; ++j)
-        for (int64_t d = 0; d < key_dim; d += 64)
-          decoder.decode64(block_codes + (offset + j) * key_dim + d, key_buf + j * key_dim + d);
+        for (int64_t d = 0; d < key_dim; d += 64) {
+          const uint8_t* codes = block_codes + (offset + j) * key_dim + d;
+          if (amx)
+            decoder.decode64_bf16(codes, key_bf16 + j * key_dim + d);
+          else
+            decoder.decode64(codes, key_buf + j * key_dim + d);
+        }
       alignas(64) float key_scales[kChunkKeys];
       std::memcpy(key_scales, block_scales + offset, sizeof(key_scales));
       for (int64_t i = 0; i < num_tile; ++i) {
         if (first_pos > last_visible[i]) continue;
-        score_chunk(q_t(i), padded_heads, weights(i), key_buf, key_dim, chunk_scores);
+        if (amx)
+          score_chunk_amx(q_vnni(i), padded_heads, weights(i), key_bf16, key_dim, c_tiles(),
+                          chunk_scores);
+        else
+          score_chunk(q_t(i), padded_heads, weights(i), key_buf, key_dim, chunk_scores);
         const __m512 scored =
             _mm512_mul_ps(_mm512_load_ps(key_scales), _mm512_load_ps(chunk_scores));
         _mm512_store_ps(chunk_scores, scored);
@@ -282,15 +453,13 @@ void Worker::run(int64_t query_begin, int64_t query_end, int64_t block_begin, in
       }
     }
   }
+  if (amx) release_tiles();
   for (int64_t i = 0; i < num_tile; ++i) heap_sizes[i] = heaps[i].size;
 }
 
-}  // namespace
-
-void lightning_indexer_avx512(const ExecContext& ctx, const IndexKeyCache& keys,
-                              const IndexerQueries& queries, int64_t top_k,
-                              std::span<int32_t> selection, std::span<float> scores,
-                              std::span<std::byte> workspace) {
+void run_indexer(const ExecContext& ctx, const IndexKeyCache& keys, const IndexerQueries& queries,
+                 int64_t top_k, std::span<int32_t> selection, std::span<float> scores,
+                 std::span<std::byte> workspace, bool amx) {
   const int64_t num_queries = queries.num_queries();
   const Avx512WorkerLayout layout =
       indexer_detail::avx512_worker_layout(queries.num_heads, keys.layout.key_dim, top_k);
@@ -301,9 +470,9 @@ void lightning_indexer_avx512(const ExecContext& ctx, const IndexKeyCache& keys,
       (indexer_detail::max_visible_keys(queries) + keys.layout.block_size - 1) /
       keys.layout.block_size;
   auto worker_at = [&](int64_t w) {
-    return Worker{keys,   queries,
-                  layout, decoder,
-                  top_k,  workspace.data() + static_cast<size_t>(w) * layout.worker_bytes};
+    return Worker{keys,    queries, layout,
+                  decoder, top_k,   workspace.data() + static_cast<size_t>(w) * layout.worker_bytes,
+                  amx};
   };
   auto write_row = [&](int64_t t, ScoredPos* chosen, int64_t num_chosen) {
     indexer_detail::write_selection_row(chosen, num_chosen, top_k, selection.data() + t * top_k,
@@ -355,6 +524,22 @@ void lightning_indexer_avx512(const ExecContext& ctx, const IndexKeyCache& keys,
     indexer_detail::keep_best(merged, num_merged, num_chosen);
     write_row(t, merged, num_chosen);
   }
+}
+
+}  // namespace
+
+void lightning_indexer_avx512(const ExecContext& ctx, const IndexKeyCache& keys,
+                              const IndexerQueries& queries, int64_t top_k,
+                              std::span<int32_t> selection, std::span<float> scores,
+                              std::span<std::byte> workspace) {
+  run_indexer(ctx, keys, queries, top_k, selection, scores, workspace, false);
+}
+
+void lightning_indexer_amx(const ExecContext& ctx, const IndexKeyCache& keys,
+                           const IndexerQueries& queries, int64_t top_k,
+                           std::span<int32_t> selection, std::span<float> scores,
+                           std::span<std::byte> workspace) {
+  run_indexer(ctx, keys, queries, top_k, selection, scores, workspace, true);
 }
 
 }  // namespace dz::kernels

@@ -33,17 +33,22 @@ inline constexpr int64_t kTileQueries = 8;
 // Keys decoded at once (a multiple of 16; divides every valid block_size).
 inline constexpr int64_t kChunkKeys = 16;
 
+// BF16 elements of d per AMX tile step.
+inline constexpr int64_t kAmxTileDepth = 32;
+
 // Workers that split one tile's keys (decode); their heaps are merged in a region after the
 // worker slices.
 inline constexpr int64_t kMaxSplitWorkers = 64;
 
 // Byte offsets inside one AVX-512 worker's slice of the workspace (all 64-byte aligned).
 struct Avx512WorkerLayout {
-  int64_t padded_heads = 0;  // num_heads rounded up to 16; padding heads have q = 0 and w = 0
-  size_t keys_offset = 0;    // [kChunkKeys, key_dim] FP32 decoded keys
-  size_t q_offset = 0;       // [kTileQueries, key_dim, padded_heads] FP32, transposed queries
-  size_t w_offset = 0;       // [kTileQueries, padded_heads] FP32
-  size_t heap_offset = 0;    // [kTileQueries, top_k] ScoredPos
+  int64_t padded_heads = 0;   // num_heads rounded up to 16; padding heads have q = 0 and w = 0
+  size_t keys_offset = 0;     // [kChunkKeys, key_dim] FP32 decoded keys (AMX: BF16)
+  size_t c_tiles_offset = 0;  // AMX: [4, 16, 16] FP32 result tiles
+  size_t q_offset = 0;     // [kTileQueries, key_dim, padded_heads] FP32, transposed queries (AMX:
+                           // BF16 VNNI tiles in the first half of each query's slot)
+  size_t w_offset = 0;     // [kTileQueries, padded_heads] FP32
+  size_t heap_offset = 0;  // [kTileQueries, top_k] ScoredPos
   size_t worker_bytes = 0;
 };
 
