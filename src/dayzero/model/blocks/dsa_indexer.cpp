@@ -4,6 +4,7 @@
 // those BF16 values; head weights stay FP32.
 #include "dayzero/model/blocks/dsa_indexer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -122,25 +123,32 @@ void DsaIndexer::select(const ExecContext& ctx, const ForwardBatch& batch, const
   const auto dim_factor = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
   for (int64_t i = 0; i < T * n_heads; ++i) w[i] = w[i] * head_factor * q_scales[i] * dim_factor;
 
-  // 6. Scores and top-k per sequence, keys from the paged cache.
+  // 6. Scores and top-k per sequence, keys from the paged cache; one workspace, sized for the
+  // largest sequence, serves them in turn.
   float* scores = taps != nullptr ? take<float>(scratch, T * K) : nullptr;
+  auto queries_of = [&](const SequenceSlice& seq) {
+    return kernels::IndexerQueries{
+        .q_codes = q_codes + seq.token_begin * n_heads * head_dim,
+        .head_weights = w + seq.token_begin * n_heads,
+        .positions = batch.positions.subspan(static_cast<size_t>(seq.token_begin),
+                                             static_cast<size_t>(seq.num_tokens)),
+        .num_heads = n_heads};
+  };
+  size_t workspace_bytes = 0;
+  for (const SequenceSlice& seq : batch.sequences)
+    workspace_bytes = std::max(
+        workspace_bytes, kernels::lightning_indexer_workspace_bytes(
+                             ctx, kernels::IndexKeyCache{cache.layout, cache.pool, seq.block_table},
+                             queries_of(seq), K));
+  const std::span<std::byte> workspace = scratch.allocate(workspace_bytes);
   for (const SequenceSlice& seq : batch.sequences) {
-    const auto begin = static_cast<size_t>(seq.token_begin);
-    const auto count = static_cast<size_t>(seq.num_tokens);
-    const kernels::IndexKeyCache keys{cache.layout, cache.pool, seq.block_table};
-    const kernels::IndexerQueries queries{.q_codes = q_codes + seq.token_begin * n_heads * head_dim,
-                                          .head_weights = w + seq.token_begin * n_heads,
-                                          .positions = batch.positions.subspan(begin, count),
-                                          .num_heads = n_heads};
-    const size_t workspace_bytes =
-        kernels::lightning_indexer_workspace_bytes(ctx, keys, queries, K);
-    std::span<float> seq_scores;
-    if (scores != nullptr)
-      seq_scores = std::span<float>(scores + seq.token_begin * K, count * static_cast<size_t>(K));
+    const auto rows = static_cast<size_t>(seq.token_begin * K);
+    const auto num_values = static_cast<size_t>(seq.num_tokens * K);
     kernels::lightning_indexer(
-        ctx, keys, queries, K,
-        selection.subspan(begin * static_cast<size_t>(K), count * static_cast<size_t>(K)),
-        seq_scores, scratch.allocate(workspace_bytes));
+        ctx, kernels::IndexKeyCache{cache.layout, cache.pool, seq.block_table}, queries_of(seq), K,
+        selection.subspan(rows, num_values),
+        scores != nullptr ? std::span<float>(scores + rows, num_values) : std::span<float>(),
+        workspace);
   }
   if (taps != nullptr) {
     float* as_float = take<float>(scratch, T * K);
