@@ -160,7 +160,9 @@ void mla_attention_absorbed(const ExecContext& ctx, const MlaCacheView& cache,
     return std::clamp<int64_t>(num_key_entries(keys, i) / kMinKeysPerSplit, 1, max_splits);
   };
   parallel_for(ctx, num_queries * max_splits, 1, [&](int64_t begin, int64_t end) {
+    // Per-thread scratch: the kernels are not called from inside another parallel region.
     const int64_t thread = omp_in_parallel() ? omp_get_thread_num() : 0;
+    DZ_DCHECK(thread < num_threads, "thread {} of {}", thread, num_threads);
     float* q_cat = q_cat_all + thread * num_heads * width;
     float* records = records_all + thread * kKeyTile * width;
     float* scores = scores_all + thread * kKeyTile;
