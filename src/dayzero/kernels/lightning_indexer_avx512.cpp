@@ -176,7 +176,7 @@ void score_chunk(const float* q_t, int64_t padded_heads, const float* w, const f
 
 constexpr int64_t kTileDepth = indexer_detail::kAmxTileDepth;
 // How far ahead (in key positions) Worker::run prefetches the cached keys.
-constexpr int64_t kPrefetchKeys = 4 * indexer_detail::kChunkKeys;
+constexpr int64_t kPrefetchKeys = 16 * indexer_detail::kChunkKeys;
 
 struct TileConfig {
   uint8_t palette_id = 1;
