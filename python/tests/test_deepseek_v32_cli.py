@@ -4,11 +4,13 @@
    10, 16, 17, at lengths crossing index_topk 16 (so both the dense-equivalent and the sparse regime
    run in prefill and in decode, reading keys from earlier chunks through the paged caches), with
    fp8 and bf16 latent caches. They run the same math on the same BF16-valued activations; what may
-   differ is the MLA form (prefill form for chunks, absorbed form for single tokens) and GEMM
-   blocking, i.e. FP32 summation order plus BF16 rounding of values on either side of a rounding
-   boundary. Tolerance: max |a − b| over the whole [T, V] array < 2e-2 · max |full|, and identical
-   argmax at every position; a wrong position, a wrong cache slot or a skipped indexer key moves
-   logits by O(1) of that scale.
+   differ is the MLA form (MlaBlock uses the absorbed form for ≤ 4 new tokens and for sparse
+   attention over a range > 4·index_topk, the prefill form otherwise, so a chunk and the full
+   prefill can take different forms: the prefill form rounds up-projected k_nope/v to BF16, the
+   absorbed form never materialises them) and FP32 summation order. Tolerance: max |a − b| over the
+   whole [T, V] array < 5e-3 · max |full| (measured worst 1.6e-3, at length 100 with a bf16 cache),
+   and identical argmax at every position; a wrong position, a wrong cache slot or a skipped
+   indexer key moves logits by O(1) of that scale.
 2. Against the FP32 PyTorch reference (dayzero_ref.deepseek_v32, same numerics policy): median over
    positions of ‖ours − ref‖₂ / ‖ref‖₂ < 2e-2 and argmax agreement ≥ 0.95 (models.md §8.1).
 3. `dayzero generate` streams text and is reproducible for a seed.
@@ -34,7 +36,7 @@ LENGTHS = (17, 33, 65, 100)
 DTYPES = ("fp8", "bf16")
 SPLITS = (("--prefill-chunk", 7), ("--prefill-chunk", 24), ("--decode-from", 1),
           ("--decode-from", 10), ("--decode-from", 16), ("--decode-from", 17))
-SPLIT_TOLERANCE = 2e-2  # max abs difference relative to the logit scale, see the docstring
+SPLIT_TOLERANCE = 5e-3  # max abs difference relative to the logit scale, see the docstring
 REF_MEDIAN_REL_L2 = 2e-2
 REF_ARGMAX_AGREEMENT = 0.95
 

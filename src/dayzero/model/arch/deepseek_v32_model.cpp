@@ -324,11 +324,7 @@ void DeepseekV32Model::run_layer(const ExecContext& ctx, const Layer& layer, int
   std::vector<int32_t> selection(static_cast<size_t>(T * K));  // [T, K], −1 padded
   scratch_->reset();
   layer.indexer->select(ctx, batch, normed.data(), c_q.data(), cache.index_layer(layer_id),
-                        selection, *scratch_, taps, layer_id);
-  if (taps != nullptr) {
-    std::vector<float> as_float(selection.begin(), selection.end());
-    tap(taps, layer_id, "index_selection", as_float.data(), {T, K});
-  }
+                        selection, *scratch_, taps, layer_id);  // taps "index_selection"
   // While every token sees at most K positions the selection is the whole causal prefix
   // (models.md §3.3), so dense attention is the same set and cheaper.
   bool sparse = false;
@@ -338,8 +334,7 @@ void DeepseekV32Model::run_layer(const ExecContext& ctx, const Layer& layer, int
   scratch_->reset();
   layer.mla->forward(ctx, batch, normed.data(), c_q.data(), cache.mla_layer(layer_id), attend,
                      delta.data(), *scratch_, taps, layer_id);
-  kernels::round_to_bf16(delta.data(), T * d);
-  tap(taps, layer_id, "attn_out", delta.data(), {T, d});
+  kernels::round_to_bf16(delta.data(), T * d);  // o_proj output; MLA taps "attn_out"
   add_residual(x, delta.data(), T * d);
 
   // FFN sublayer.
