@@ -78,10 +78,13 @@ class DeepseekV32Cli(unittest.TestCase):
         return subprocess.run([DAYZERO, *map(str, args)], capture_output=True, text=True,
                               timeout=600, check=False)
 
-    def logits(self, ids, *flags):
+    def logits(self, ids, *flags, threads=1):
+        """One thread by default: the tiny model is too small to gain from more, and on a loaded
+        machine OpenMP barriers make multi-threaded runs many times slower."""
         out = os.path.join(self.tmp.name, "logits.npy")
         proc = self.run_dayzero("logits", "--model", self.model_dir, "--token-ids",
-                                ",".join(map(str, ids)), "--output", out, *flags)
+                                ",".join(map(str, ids)), "--output", out, "--threads", threads,
+                                *flags)
         self.assertEqual(proc.returncode, 0, f"dayzero logits {flags}: {proc.stderr}")
         logits = np.load(out)
         self.assertEqual(logits.dtype, np.float32)
@@ -111,6 +114,17 @@ class DeepseekV32Cli(unittest.TestCase):
                         np.testing.assert_array_equal(split.argmax(axis=1), full.argmax(axis=1))
         print(f"\nsplits vs full prefill: worst max|diff|/max|full| = {worst:.2e}")
 
+    def test_thread_count_does_not_change_results(self):
+        length = LENGTHS[-1]
+        ids = prompt(length, self.vocab)
+        for flags in ((), ("--decode-from", 16)):
+            with self.subTest(flags=flags):
+                one = self.logits(ids, "--kv-cache-dtype", "fp8", *flags)
+                three = self.logits(ids, "--kv-cache-dtype", "fp8", *flags, threads=3)
+                diff = np.abs(one - three).max() / np.abs(one).max()
+                self.assertLess(diff, SPLIT_TOLERANCE)
+                np.testing.assert_array_equal(one.argmax(axis=1), three.argmax(axis=1))
+
     def test_matches_reference(self):
         from dayzero_ref import deepseek_v32  # pylint: disable=import-outside-toplevel
         for dtype in DTYPES:
@@ -130,7 +144,7 @@ class DeepseekV32Cli(unittest.TestCase):
 
     def test_generate_streams_reproducible_text(self):
         args = ("generate", "--model", self.model_dir, "--prompt", "hello world",
-                "--max-tokens", 12)
+                "--max-tokens", 12, "--threads", 1)
         greedy = self.run_dayzero(*args)
         self.assertEqual(greedy.returncode, 0, greedy.stderr)
         self.assertTrue(greedy.stdout.endswith("\n"))

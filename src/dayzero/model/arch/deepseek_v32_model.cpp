@@ -281,24 +281,27 @@ Status DeepseekV32Model::check_batch(const ForwardBatch& batch, const KvCache& c
   return Status::ok_status();
 }
 
-void DeepseekV32Model::ensure_scratch(const ForwardBatch& batch) {
-  // A generous bound on what one block call takes from the arena (the blocks' own buffers):
-  // per-token projections, per-key up-projected keys/values (prefill form), and score rows.
+void DeepseekV32Model::ensure_scratch(const ExecContext& ctx, const ForwardBatch& batch) {
   const DeepseekV32Config& c = config_;
   const int64_t T = batch.num_tokens();
-  int64_t L = 0;
-  for (const SequenceSlice& seq : batch.sequences) L = std::max(L, seq.num_cached_after());
-  const int64_t H = c.num_attention_heads;
-  const int64_t per_token =
-      H * (c.qk_nope_head_dim + 2 * c.qk_rope_head_dim + c.v_head_dim + 2 * c.kv_lora_rank) +
-      2 * c.index_n_heads * (c.index_head_dim + 8) + 2 * c.n_routed_experts +
-      6 * std::max(c.intermediate_size, c.moe_intermediate_size * (c.n_shared_experts + 1)) +
-      8 * c.hidden_size + c.q_lora_rank + c.index_topk * 2;
-  const int64_t per_key = H * (c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim) +
-                          2 * (c.kv_lora_rank + c.qk_rope_head_dim + c.index_head_dim) + 16;
-  const int64_t per_pair = H + c.index_n_heads + 4;  // score rows [T, L] per head
-  const int64_t floats = T * per_token + L * per_key + T * L * per_pair;
-  const auto bytes = static_cast<size_t>(floats * 4 * 2 + (64 << 20));
+  int64_t max_range = 0;
+  for (const SequenceSlice& seq : batch.sequences)
+    max_range = std::max(max_range, seq.num_cached_after());
+  const int64_t K = c.index_topk;
+  // The indexer has no scratch_bytes(): its q, k, codes, scales and head weights, the tapped score
+  // and selection rows, and the kernel workspace (bounded by one score row and a top-k heap per
+  // thread, lightning_indexer.h), each allocation padded to 64 bytes.
+  const int64_t n_i = c.index_n_heads, d_i = c.index_head_dim;
+  const int64_t indexer_floats = T * (n_i * d_i * 2 + d_i * 2 + n_i * 3 + 2 + 2 * K) +
+                                 ctx.num_threads * (max_range + 8 * K + 16 * 1024) + 64 * 1024;
+  size_t bytes = static_cast<size_t>(indexer_floats) * 4 + 64 * 16;
+  auto consider = [&](const Layer& layer) {
+    bytes = std::max(bytes, layer.mla->scratch_bytes(ctx, T, K));
+    if (layer.moe != nullptr) bytes = std::max(bytes, layer.moe->scratch_bytes(T));
+    if (layer.dense_mlp) bytes = std::max(bytes, swiglu_mlp_scratch_bytes(*layer.dense_mlp, T));
+  };
+  for (const auto& layer : layers_) consider(*layer);
+  if (mtp_ != nullptr) consider(*mtp_->layer);
   if (scratch_ == nullptr || scratch_->capacity_bytes() < bytes)
     scratch_ = std::make_unique<Arena>(bytes);
 }
@@ -354,7 +357,7 @@ void DeepseekV32Model::run_layer(const ExecContext& ctx, const Layer& layer, int
 Status DeepseekV32Model::forward_hidden(const ExecContext& ctx, const ForwardBatch& batch,
                                         KvCache& cache, float* hidden, TapSink* taps) {
   DZ_RETURN_IF_ERROR(check_batch(batch, cache));
-  ensure_scratch(batch);
+  ensure_scratch(ctx, batch);
   embed_tokens_.lookup(batch.token_ids, hidden);  // BF16 values: already BF16-valued
   for (size_t i = 0; i < layers_.size(); ++i)
     run_layer(ctx, *layers_[i], static_cast<int>(i), batch, cache, hidden, taps);
@@ -409,7 +412,7 @@ Status DeepseekV32Model::mtp_logits(const ExecContext& ctx, const ForwardBatch& 
       return make_error(StatusCode::kInvalidArgument, "logits row {} outside the batch's {} tokens",
                         row, batch.num_tokens());
   DZ_RETURN_IF_ERROR(check_batch(batch, cache));
-  ensure_scratch(batch);
+  ensure_scratch(ctx, batch);
   const int64_t T = batch.num_tokens();
   const int64_t d = config_.hidden_size;
   const auto eps = static_cast<float>(config_.rms_norm_eps);

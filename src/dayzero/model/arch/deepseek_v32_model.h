@@ -78,7 +78,8 @@ class DeepseekV32Model final : public CausalLm {
   // x [T, d] in place: one decoder layer (attention and FFN sublayers with their residuals).
   void run_layer(const ExecContext& ctx, const Layer& layer, int layer_id,
                  const ForwardBatch& batch, KvCache& cache, float* x, TapSink* taps);
-  void ensure_scratch(const ForwardBatch& batch);
+  // Sizes the block arena for this batch from the blocks' own bounds (reset before each block).
+  void ensure_scratch(const ExecContext& ctx, const ForwardBatch& batch);
 
   DeepseekV32Config config_;
   ModelOptions options_;
@@ -89,7 +90,7 @@ class DeepseekV32Model final : public CausalLm {
   kernels::LinearWeight lm_head_;               // [vocab, d]
   std::vector<std::unique_ptr<Layer>> layers_;  // main layers
   std::unique_ptr<Mtp> mtp_;
-  std::unique_ptr<Arena> scratch_;  // block scratch, reset per layer, grown for longer batches
+  std::unique_ptr<Arena> scratch_;  // block scratch, grown for longer batches
 };
 
 }  // namespace dz::model
