@@ -124,8 +124,10 @@ void args(benchmark::internal::Benchmark* b) {
   const auto amx = static_cast<int64_t>(IndexerVariant::kAmx);
   const auto ref = static_cast<int64_t>(IndexerVariant::kRef);
   for (int64_t variant : {amx, avx}) {
-    for (int64_t keys : {4096, 32768, 131072}) b->Args({keys, 1, variant, threads});
-    b->Args({131072, 1, variant, 1});
+    for (int64_t keys : {4096, 32768, 131072}) {
+      b->Args({keys, 1, variant, 1});
+      if (threads > 1) b->Args({keys, 1, variant, threads});
+    }
     b->Args({32768, 64, variant, threads});
   }
   b->Args({4096, 1, ref, threads});

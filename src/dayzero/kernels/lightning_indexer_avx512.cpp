@@ -395,12 +395,15 @@ void Worker::run(int64_t query_begin, int64_t query_end, int64_t block_begin, in
     const char* chunk_base = reinterpret_cast<const char*>(keys.pool) +
                              block_id * keys.layout.block_bytes() + pos % block_size * key_dim;
     for (int64_t line = 0; line < kChunkKeys * key_dim; line += 64)
-      _mm_prefetch(chunk_base + line, _MM_HINT_T0);
+      _mm_prefetch(chunk_base + line, _MM_HINT_T1);
     _mm_prefetch(reinterpret_cast<const char*>(keys.pool) + block_id * keys.layout.block_bytes() +
                      block_size * key_dim + pos % block_size * 4,
                  _MM_HINT_T0);
   };
   float* key_buf = key_buffer();
+  // A local copy whose address never escapes: the decode stores (__m512i-typed) could otherwise
+  // alias the referenced tables and force a reload of every table after every store.
+  const E4m3Decoder tables = decoder;
   // AMX: two BF16 chunk buffers used in turn (both fit in the FP32 chunk's slot), so that the
   // decode of a chunk does not overwrite memory the previous chunk's tile loads may still read.
   uint16_t* key_bf16 = reinterpret_cast<uint16_t*>(key_buf);
@@ -422,9 +425,9 @@ void Worker::run(int64_t query_begin, int64_t query_end, int64_t block_begin, in
         for (int64_t d = 0; d < key_dim; d += 64) {
           const uint8_t* codes = block_codes + (offset + j) * key_dim + d;
           if (amx)
-            decoder.decode64_bf16(codes, key_bf16 + j * key_dim + d);
+            tables.decode64_bf16(codes, key_bf16 + j * key_dim + d);
           else
-            decoder.decode64(codes, key_buf + j * key_dim + d);
+            tables.decode64(codes, key_buf + j * key_dim + d);
         }
       alignas(64) float key_scales[kChunkKeys];
       std::memcpy(key_scales, block_scales + offset, sizeof(key_scales));
