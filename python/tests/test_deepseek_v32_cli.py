@@ -12,7 +12,10 @@
    and identical argmax at every position; a wrong position, a wrong cache slot or a skipped
    indexer key moves logits by O(1) of that scale.
 2. Against the FP32 PyTorch reference (dayzero_ref.deepseek_v32, same numerics policy): median over
-   positions of ‖ours − ref‖₂ / ‖ref‖₂ < 2e-2 and argmax agreement ≥ 0.95 (models.md §8.1).
+   positions of ‖ours − ref‖₂ / ‖ref‖₂ < 2e-2 and argmax agreement ≥ 0.95 (models.md §8.1), for
+   the main logits and for the MTP head (--mtp-output; the reference's default post-norm h_t and
+   the head's own embed_tokens / shared_head.head). The MTP logits are held to the split checks of
+   item 1 too.
 3. `dayzero generate` streams text and is reproducible for a seed.
 4. Bad input gives a clear error and a non-zero exit, never a crash.
 """
@@ -79,18 +82,21 @@ class DeepseekV32Cli(unittest.TestCase):
                               timeout=600, check=False)
 
     def logits(self, ids, *flags, threads=1):
-        """One thread by default: the tiny model is too small to gain from more, and on a loaded
-        machine OpenMP barriers make multi-threaded runs many times slower."""
+        """(logits [T, V], MTP logits [T − 1, V]). One thread by default: the tiny model is too
+        small to gain from more, and on a loaded machine OpenMP barriers make multi-threaded runs
+        many times slower."""
         out = os.path.join(self.tmp.name, "logits.npy")
+        mtp_out = os.path.join(self.tmp.name, "mtp.npy")
         proc = self.run_dayzero("logits", "--model", self.model_dir, "--token-ids",
-                                ",".join(map(str, ids)), "--output", out, "--threads", threads,
-                                *flags)
+                                ",".join(map(str, ids)), "--output", out, "--mtp-output", mtp_out,
+                                "--threads", threads, *flags)
         self.assertEqual(proc.returncode, 0, f"dayzero logits {flags}: {proc.stderr}")
-        logits = np.load(out)
-        self.assertEqual(logits.dtype, np.float32)
-        self.assertEqual(logits.shape, (len(ids), self.vocab))
-        self.assertTrue(np.isfinite(logits).all())
-        return logits
+        logits, mtp = np.load(out), np.load(mtp_out)
+        for array, rows in ((logits, len(ids)), (mtp, len(ids) - 1)):
+            self.assertEqual(array.dtype, np.float32)
+            self.assertEqual(array.shape, (rows, self.vocab))
+            self.assertTrue(np.isfinite(array).all())
+        return logits, mtp
 
     def full_logits(self, length, dtype):
         key = (length, dtype)
@@ -98,20 +104,23 @@ class DeepseekV32Cli(unittest.TestCase):
             self.full[key] = self.logits(prompt(length, self.vocab), "--kv-cache-dtype", dtype)
         return self.full[key]
 
+    def assert_agree(self, ours, full):
+        diff = np.abs(ours - full).max() / np.abs(full).max()
+        self.assertLess(diff, SPLIT_TOLERANCE)
+        np.testing.assert_array_equal(ours.argmax(axis=1), full.argmax(axis=1))
+        return diff
+
     def test_prefill_chunked_and_decode_agree(self):
         worst = 0.0
         for length in LENGTHS:
             ids = prompt(length, self.vocab)
             for dtype in DTYPES:
                 full = self.full_logits(length, dtype)
-                scale = np.abs(full).max()
                 for flag, value in SPLITS:
                     with self.subTest(length=length, dtype=dtype, split=f"{flag} {value}"):
                         split = self.logits(ids, "--kv-cache-dtype", dtype, flag, value)
-                        diff = np.abs(split - full).max() / scale
-                        worst = max(worst, diff)
-                        self.assertLess(diff, SPLIT_TOLERANCE)
-                        np.testing.assert_array_equal(split.argmax(axis=1), full.argmax(axis=1))
+                        for ours, expected in zip(split, full):  # main head, then MTP head
+                            worst = max(worst, self.assert_agree(ours, expected))
         print(f"\nsplits vs full prefill: worst max|diff|/max|full| = {worst:.2e}")
 
     def test_thread_count_does_not_change_results(self):
@@ -121,9 +130,8 @@ class DeepseekV32Cli(unittest.TestCase):
             with self.subTest(flags=flags):
                 one = self.logits(ids, "--kv-cache-dtype", "fp8", *flags)
                 three = self.logits(ids, "--kv-cache-dtype", "fp8", *flags, threads=3)
-                diff = np.abs(one - three).max() / np.abs(one).max()
-                self.assertLess(diff, SPLIT_TOLERANCE)
-                np.testing.assert_array_equal(one.argmax(axis=1), three.argmax(axis=1))
+                for ours, expected in zip(three, one):
+                    self.assert_agree(ours, expected)
 
     def test_matches_reference(self):
         from dayzero_ref import deepseek_v32  # pylint: disable=import-outside-toplevel
@@ -133,14 +141,16 @@ class DeepseekV32Cli(unittest.TestCase):
                 with self.subTest(length=length, dtype=dtype):
                     ids = prompt(length, self.vocab)
                     with torch.no_grad():
-                        expected = ref.forward(ids).numpy()
-                    ours = self.full_logits(length, dtype)
-                    rel = rel_l2_per_row(ours, expected)
-                    agree = float((ours.argmax(axis=1) == expected.argmax(axis=1)).mean())
-                    print(f"\nreference, length {length:3d} kv {dtype}: median rel L2 "
-                          f"{np.median(rel):.2e}, max {rel.max():.2e}, argmax agreement {agree:.3f}")
-                    self.assertLess(np.median(rel), REF_MEDIAN_REL_L2)
-                    self.assertGreaterEqual(agree, REF_ARGMAX_AGREEMENT)
+                        expected = (ref.forward(ids).numpy(), ref.mtp_logits(ids).numpy())
+                    for head, ours, exp in zip(("main", "mtp"), self.full_logits(length, dtype),
+                                               expected):
+                        rel = rel_l2_per_row(ours, exp)
+                        agree = float((ours.argmax(axis=1) == exp.argmax(axis=1)).mean())
+                        print(f"\nreference {head}, length {length:3d} kv {dtype}: median rel L2 "
+                              f"{np.median(rel):.2e}, max {rel.max():.2e}, argmax agreement "
+                              f"{agree:.3f}")
+                        self.assertLess(np.median(rel), REF_MEDIAN_REL_L2)
+                        self.assertGreaterEqual(agree, REF_ARGMAX_AGREEMENT)
 
     def test_generate_streams_reproducible_text(self):
         args = ("generate", "--model", self.model_dir, "--prompt", "hello world",
@@ -169,6 +179,7 @@ class DeepseekV32Cli(unittest.TestCase):
             ((*base, "--token-ids", "1,2,3", "--prefill-chunk", 0), "--prefill-chunk"),
             ((*base, "--token-ids", "1,2,3", "--decode-from", 4), "--decode-from 4 exceeds"),
             ((*base, "--token-ids", "1,2", "--kv-cache-dtype", "fp16"), "--kv-cache-dtype"),
+            ((*base, "--token-ids", "7", "--mtp-output", out), "at least 2 token ids"),
             (("generate", "--model", self.model_dir, "--prompt", "hi", "--top-p", 0),
              "top_p must be in (0, 1]"),
             (("generate", "--model", self.model_dir, "--prompt", "hi", "--temperature", -1),

@@ -19,6 +19,7 @@ struct LogitsArgs {
   ModelArgs model;
   std::string token_ids;
   std::string output;
+  std::string mtp_output;     // MTP head logits [n_tokens − 1, vocab]
   int64_t prefill_chunk = 0;  // 0: the whole prefill at once
   int64_t decode_from = -1;   // -1: no decode
 };
@@ -41,12 +42,25 @@ Status run(const LogitsArgs& args) {
   DZ_ASSIGN_OR_RETURN(runtime::SingleSequence seq,
                       runtime::SingleSequence::create(*model, num_tokens, args.model.block_size));
 
+  const bool with_mtp = !args.mtp_output.empty();
+  if (with_mtp && !model->has_mtp())
+    return make_error(StatusCode::kUnsupported, "--mtp-output: the model has no MTP head");
+  if (with_mtp && num_tokens < 2)
+    return make_error(StatusCode::kInvalidArgument, "--mtp-output needs at least 2 token ids");
+
   std::vector<float> all(static_cast<size_t>(num_tokens * vocab));  // [n_tokens, vocab]
+  // Row t predicts token t + 2 from tokens ≤ t + 1: [n_tokens − 1, vocab].
+  std::vector<float> mtp(with_mtp ? static_cast<size_t>((num_tokens - 1) * vocab) : 0);
   std::vector<float> logits;
   auto run_span = [&](int64_t begin, int64_t end) -> Status {
     std::span<const int32_t> span(ids.data() + begin, static_cast<size_t>(end - begin));
     DZ_RETURN_IF_ERROR(seq.extend(ctx, span, /*all_logits=*/true, logits));
     std::copy(logits.begin(), logits.end(), all.begin() + begin * vocab);
+    const int64_t mtp_end = std::min(end, num_tokens - 1);  // the last token has no successor
+    if (!with_mtp || mtp_end <= begin) return Status::ok_status();
+    std::span<const int32_t> next(ids.data() + begin + 1, static_cast<size_t>(mtp_end - begin));
+    DZ_RETURN_IF_ERROR(seq.extend_mtp(ctx, next, logits));
+    std::copy(logits.begin(), logits.end(), mtp.begin() + begin * vocab);
     return Status::ok_status();
   };
   const int64_t chunk = args.prefill_chunk > 0 ? args.prefill_chunk : decode_from;
@@ -55,7 +69,10 @@ Status run(const LogitsArgs& args) {
   for (int64_t pos = decode_from; pos < num_tokens; ++pos)
     DZ_RETURN_IF_ERROR(run_span(pos, pos + 1));
 
-  return formats::write_npy_f32(args.output, all, Shape{num_tokens, vocab});
+  DZ_RETURN_IF_ERROR(formats::write_npy_f32(args.output, all, Shape{num_tokens, vocab}));
+  if (with_mtp)
+    DZ_RETURN_IF_ERROR(formats::write_npy_f32(args.mtp_output, mtp, Shape{num_tokens - 1, vocab}));
+  return Status::ok_status();
 }
 
 }  // namespace
@@ -67,6 +84,9 @@ RunCommand add_logits_command(CLI::App& app) {
   add_model_options(*command, args->model);
   command->add_option("--token-ids", args->token_ids, "comma-separated token ids")->required();
   command->add_option("--output", args->output, "the .npy file to write")->required();
+  command->add_option("--mtp-output", args->mtp_output,
+                      "also write the MTP head's logits [n_tokens - 1, vocab] (row t predicts "
+                      "token t + 2)");
   command
       ->add_option("--prefill-chunk", args->prefill_chunk,
                    "prefill in chunks of N tokens (default: all at once)")

@@ -15,6 +15,11 @@ Result<std::unique_ptr<CausalLm>> Architecture::load_model(std::unique_ptr<forma
       model_type(), recipe_name());
 }
 
+Status CausalLm::forward_mtp(const ExecContext&, const ForwardBatch&, KvCache&,
+                             std::span<const int64_t>, float*, TapSink*) {
+  return make_error(StatusCode::kUnsupported, "this model has no multi-token-prediction head");
+}
+
 Result<std::unique_ptr<CausalLm>> load_causal_lm(const std::string& dir,
                                                  const ModelOptions& options) {
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<Architecture> arch, load_model_config(dir));

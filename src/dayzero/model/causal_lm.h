@@ -38,6 +38,16 @@ class CausalLm {
   virtual Status forward(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
                          std::span<const int64_t> logits_rows, float* out_logits,
                          TapSink* taps) = 0;
+
+  // Multi-token prediction (DeepSeek MTP, models.md §7.1): whether a head predicts token t+2.
+  virtual bool has_mtp() const { return false; }
+  // The MTP head after forward(): token i of `batch` is x_{t+1} for the last forward()'s token i,
+  // at the same position t and slot (so at most as many tokens). It reads the main model's state
+  // that forward() kept, writes the MTP layer's cache records, and fills out_logits
+  // [logits_rows.size(), vocab] with the predictions of token t+2. kUnsupported without a head.
+  virtual Status forward_mtp(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
+                             std::span<const int64_t> logits_rows, float* out_logits,
+                             TapSink* taps);
 };
 
 // Reads DIR/config.json through the registry, opens and validates the checkpoint against the

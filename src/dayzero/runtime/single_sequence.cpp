@@ -33,22 +33,9 @@ Status SingleSequence::extend(const ExecContext& ctx, std::span<const int32_t> t
                       "{} cached + {} new tokens exceed the sequence's room for {}", num_cached_,
                       num_tokens, max_tokens_);
   DZ_RETURN_IF_ERROR(blocks_.reserve(num_cached_ + num_tokens));
-  std::vector<int32_t> positions(static_cast<size_t>(num_tokens));
-  std::vector<int64_t> slots(static_cast<size_t>(num_tokens));
-  for (int64_t i = 0; i < num_tokens; ++i) {
-    positions[static_cast<size_t>(i)] = static_cast<int32_t>(num_cached_ + i);
-    slots[static_cast<size_t>(i)] = blocks_.slot_of(num_cached_ + i);
-  }
-  model::ForwardBatch batch{
-      .token_ids = token_ids,
-      .positions = positions,
-      .slot_mapping = slots,
-      .sequences = {model::SequenceSlice{.token_begin = 0,
-                                         .num_tokens = num_tokens,
-                                         .pos_begin = num_cached_,
-                                         .block_table = blocks_.block_table()}},
-      .block_size = cache_.block_size(),
-  };
+  std::vector<int32_t> positions;
+  std::vector<int64_t> slots;
+  model::ForwardBatch batch = make_batch(token_ids, num_cached_, positions, slots);
   std::vector<int64_t> rows;
   if (all_logits) {
     rows.resize(static_cast<size_t>(num_tokens));
@@ -58,8 +45,47 @@ Status SingleSequence::extend(const ExecContext& ctx, std::span<const int32_t> t
   }
   logits.resize(rows.size() * static_cast<size_t>(model_->vocab_size()));
   DZ_RETURN_IF_ERROR(model_->forward(ctx, batch, cache_, rows, logits.data(), nullptr));
+  last_pos_begin_ = num_cached_;
   num_cached_ += num_tokens;
   return Status::ok_status();
+}
+
+model::ForwardBatch SingleSequence::make_batch(std::span<const int32_t> token_ids,
+                                               int64_t pos_begin, std::vector<int32_t>& positions,
+                                               std::vector<int64_t>& slots) const {
+  const auto num_tokens = static_cast<int64_t>(token_ids.size());
+  positions.resize(static_cast<size_t>(num_tokens));
+  slots.resize(static_cast<size_t>(num_tokens));
+  for (int64_t i = 0; i < num_tokens; ++i) {
+    positions[static_cast<size_t>(i)] = static_cast<int32_t>(pos_begin + i);
+    slots[static_cast<size_t>(i)] = blocks_.slot_of(pos_begin + i);
+  }
+  return model::ForwardBatch{
+      .token_ids = token_ids,
+      .positions = positions,
+      .slot_mapping = slots,
+      .sequences = {model::SequenceSlice{.token_begin = 0,
+                                         .num_tokens = num_tokens,
+                                         .pos_begin = pos_begin,
+                                         .block_table = blocks_.block_table()}},
+      .block_size = cache_.block_size(),
+  };
+}
+
+Status SingleSequence::extend_mtp(const ExecContext& ctx, std::span<const int32_t> next_token_ids,
+                                  std::vector<float>& logits) {
+  const auto num_tokens = static_cast<int64_t>(next_token_ids.size());
+  if (num_tokens == 0 || last_pos_begin_ + num_tokens > num_cached_)
+    return make_error(StatusCode::kInvalidArgument,
+                      "MTP: {} tokens do not fit the last step's positions [{}, {})", num_tokens,
+                      last_pos_begin_, num_cached_);
+  std::vector<int32_t> positions;
+  std::vector<int64_t> slots;
+  model::ForwardBatch batch = make_batch(next_token_ids, last_pos_begin_, positions, slots);
+  std::vector<int64_t> rows(static_cast<size_t>(num_tokens));
+  std::iota(rows.begin(), rows.end(), int64_t{0});
+  logits.resize(rows.size() * static_cast<size_t>(model_->vocab_size()));
+  return model_->forward_mtp(ctx, batch, cache_, rows, logits.data(), nullptr);
 }
 
 }  // namespace dz::runtime

@@ -28,8 +28,17 @@ class SingleSequence {
   // all_logits, else the last row only [1, vocab].
   Status extend(const ExecContext& ctx, std::span<const int32_t> token_ids, bool all_logits,
                 std::vector<float>& logits);
+  // The MTP head right after extend(): next_token_ids[i] follows the token extend() ran at its
+  // position i (at most as many). logits receives [next_token_ids.size(), vocab], row i predicting
+  // the token after next_token_ids[i].
+  Status extend_mtp(const ExecContext& ctx, std::span<const int32_t> next_token_ids,
+                    std::vector<float>& logits);
 
  private:
+  model::ForwardBatch make_batch(std::span<const int32_t> token_ids, int64_t pos_begin,
+                                 std::vector<int32_t>& positions,
+                                 std::vector<int64_t>& slots) const;
+
   SingleSequence(model::CausalLm& model, model::KvCache cache, model::SequentialBlocks blocks,
                  int64_t max_tokens);
 
@@ -38,6 +47,7 @@ class SingleSequence {
   model::SequentialBlocks blocks_;
   int64_t max_tokens_;
   int64_t num_cached_ = 0;
+  int64_t last_pos_begin_ = 0;  // where the last extend() started
 };
 
 }  // namespace dz::runtime

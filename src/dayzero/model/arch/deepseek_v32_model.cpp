@@ -364,33 +364,45 @@ Status DeepseekV32Model::forward_hidden(const ExecContext& ctx, const ForwardBat
   return Status::ok_status();
 }
 
-void DeepseekV32Model::final_logits(const ExecContext& ctx, const float* hidden,
-                                    std::span<const int64_t> rows, float* out_logits,
-                                    TapSink* taps) const {
-  const int64_t d = config_.hidden_size;
-  const auto num_rows = static_cast<int64_t>(rows.size());
-  std::vector<float> normed(static_cast<size_t>(num_rows * d));  // [rows, d]
-  for (int64_t r = 0; r < num_rows; ++r)
-    std::memcpy(normed.data() + r * d, hidden + rows[static_cast<size_t>(r)] * d,
-                static_cast<size_t>(d) * sizeof(float));
-  rms_norm_bf16(ctx, normed.data(), final_norm_, normed.data(), num_rows, d,
-                static_cast<float>(config_.rms_norm_eps));
-  tap(taps, -1, "final_norm", normed.data(), {num_rows, d});
-  lm_head_.forward(ctx, normed.data(), num_rows, out_logits);
-  tap(taps, -1, "logits", out_logits, {num_rows, config_.vocab_size});
-}
-
 Status DeepseekV32Model::forward(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
                                  std::span<const int64_t> logits_rows, float* out_logits,
                                  TapSink* taps) {
+  const int64_t T = batch.num_tokens();
+  const int64_t d = config_.hidden_size;
   for (int64_t row : logits_rows)
-    if (row < 0 || row >= batch.num_tokens())
+    if (row < 0 || row >= T)
       return make_error(StatusCode::kInvalidArgument, "logits row {} outside the batch's {} tokens",
-                        row, batch.num_tokens());
-  std::vector<float> hidden(static_cast<size_t>(batch.num_tokens() * config_.hidden_size));
+                        row, T);
+  std::vector<float> hidden(static_cast<size_t>(T * d));
   DZ_RETURN_IF_ERROR(forward_hidden(ctx, batch, cache, hidden.data(), taps));
-  final_logits(ctx, hidden.data(), logits_rows, out_logits, taps);
+  // model.norm over every row (cheap next to the layers): the MTP head reads all of them.
+  final_norm(ctx, hidden.data(), T, hidden.data());
+  tap(taps, -1, "final_norm", hidden.data(), {T, d});
+  const auto num_rows = static_cast<int64_t>(logits_rows.size());
+  std::vector<float> rows(static_cast<size_t>(num_rows * d));  // [rows, d]
+  for (int64_t r = 0; r < num_rows; ++r)
+    std::memcpy(rows.data() + r * d, hidden.data() + logits_rows[static_cast<size_t>(r)] * d,
+                static_cast<size_t>(d) * sizeof(float));
+  lm_head_.forward(ctx, rows.data(), num_rows, out_logits);
+  tap(taps, -1, "logits", out_logits, {num_rows, config_.vocab_size});
+  if (mtp_ != nullptr) {
+    last_final_ = std::move(hidden);
+    last_positions_.assign(batch.positions.begin(), batch.positions.end());
+  }
   return Status::ok_status();
+}
+
+Status DeepseekV32Model::forward_mtp(const ExecContext& ctx, const ForwardBatch& batch,
+                                     KvCache& cache, std::span<const int64_t> logits_rows,
+                                     float* out_logits, TapSink* taps) {
+  const int64_t T = batch.num_tokens();
+  if (T > static_cast<int64_t>(last_positions_.size()) ||
+      !std::equal(batch.positions.begin(), batch.positions.end(), last_positions_.begin()))
+    return make_error(StatusCode::kInvalidArgument,
+                      "forward_mtp: the batch's {} tokens must sit at the positions of the last "
+                      "forward()'s first tokens ({} kept)",
+                      T, last_positions_.size());
+  return mtp_logits(ctx, batch, cache, last_final_.data(), logits_rows, out_logits, taps);
 }
 
 void DeepseekV32Model::final_norm(const ExecContext& ctx, const float* hidden, int64_t num_tokens,

@@ -42,14 +42,15 @@ class DeepseekV32Model final : public CausalLm {
                  std::span<const int64_t> logits_rows, float* out_logits, TapSink* taps) override;
 
   // The main stack without the head: hidden [num_tokens, d], the residual stream after the last
-  // layer (before model.norm). forward() is this, then final_logits().
+  // layer (before model.norm). forward() is this, final_norm() and lm_head on the asked rows.
   Status forward_hidden(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
                         float* hidden, TapSink* taps);
-  // out_logits [rows, vocab] = lm_head(model.norm(hidden[row])) in FP32.
-  void final_logits(const ExecContext& ctx, const float* hidden, std::span<const int64_t> rows,
-                    float* out_logits, TapSink* taps) const;
 
-  bool has_mtp() const { return mtp_ != nullptr; }
+  bool has_mtp() const override { return mtp_ != nullptr; }
+  // mtp_logits() on the final-norm output that the last forward() kept.
+  Status forward_mtp(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
+                     std::span<const int64_t> logits_rows, float* out_logits,
+                     TapSink* taps) override;
   // MTP (models.md §7.1): row t predicts token t+2 from h_t and x_{t+1}:
   // z = eh_proj([enorm(Emb(x_{t+1})) ; hnorm(h_t)]) through the MTP decoder layer (layer id
   // num_hidden_layers, with its own caches) at position t, then shared_head. `batch` carries the
@@ -91,6 +92,9 @@ class DeepseekV32Model final : public CausalLm {
   std::vector<std::unique_ptr<Layer>> layers_;  // main layers
   std::unique_ptr<Mtp> mtp_;
   std::unique_ptr<Arena> scratch_;  // block scratch, grown for longer batches
+  // The last forward()'s model.norm output [T, d] and positions, for forward_mtp (MTP only).
+  std::vector<float> last_final_;
+  std::vector<int32_t> last_positions_;
 };
 
 }  // namespace dz::model
