@@ -91,7 +91,7 @@ RunCommand add_generate_command(CLI::App& app) {
   add_model_options(*command, args->model);
   command->add_option("--prompt", args->prompt, "text to complete (no chat template)")->required();
   command->add_option("--max-tokens", args->max_tokens, "most tokens to generate")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_at_least(1))
       ->capture_default_str();
   command
       ->add_option("--temperature", args->temperature, "0: greedy; otherwise softmax(logits / T)")

@@ -90,11 +90,11 @@ RunCommand add_logits_command(CLI::App& app) {
   command
       ->add_option("--prefill-chunk", args->prefill_chunk,
                    "prefill in chunks of N tokens (default: all at once)")
-      ->check(CLI::PositiveNumber);
+      ->check(integer_at_least(1));
   command
       ->add_option("--decode-from", args->decode_from,
                    "prefill the first K tokens, then decode the rest one at a time")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_at_least(0));
   return [args] {
     Status status = run(*args);
     return status.ok() ? 0 : fail(status);

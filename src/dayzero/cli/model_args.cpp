@@ -3,7 +3,26 @@
 #include <cstdio>
 #include <sstream>
 
+#include <fmt/format.h>
+
 namespace dz::cli {
+
+CLI::Validator integer_at_least(int64_t min) {
+  return CLI::Validator(
+      [min](std::string& text) -> std::string {
+        size_t used = 0;
+        long long value = 0;
+        try {
+          value = std::stoll(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size() || value < min)
+          return fmt::format("must be an integer >= {}, got {}", min, text);
+        return {};
+      },
+      fmt::format("INT>={}", min));
+}
 
 void add_model_options(CLI::App& command, ModelArgs& args) {
   command.add_option("--model", args.model_dir, "checkpoint folder (config.json, safetensors)")
@@ -14,10 +33,10 @@ void add_model_options(CLI::App& command, ModelArgs& args) {
       ->check(CLI::IsMember({"fp8", "bf16"}))
       ->capture_default_str();
   command.add_option("--threads", args.num_threads, "worker threads (0: all hardware threads)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(integer_at_least(0))
       ->capture_default_str();
   command.add_option("--block-size", args.block_size, "tokens per KV cache block")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_at_least(1))
       ->capture_default_str();
 }
 

@@ -31,6 +31,10 @@ Result<std::unique_ptr<model::CausalLm>> load_model(const ModelArgs& args);
 // "1,2,3" → ids; refuses empty lists, non-integers and negative ids, naming the item.
 Result<std::vector<int32_t>> parse_token_ids(const std::string& list, const char* flag);
 
+// CLI11 check for an integer flag >= min, with a plain message ("must be an integer >= 1, got 0")
+// instead of CLI::PositiveNumber's range of doubles.
+CLI::Validator integer_at_least(int64_t min);
+
 // Prints "error: <message>" to stderr and returns the exit code 1.
 int fail(const Status& status);
 
