@@ -28,18 +28,7 @@ using dz::kernels::IndexerVariant;
 constexpr int64_t kHeads = 64, kHeadDim = 128, kTopK = 2048, kBlockSize = 64;
 
 const dz::bench::MachineLimits& limits() {
-  static const dz::bench::MachineLimits measured = [] {
-    dz::bench::LimitsOptions options;
-    options.min_seconds = 0.5;
-    dz::bench::MachineLimits m = dz::bench::measure_limits(options);
-    std::fprintf(stderr,
-                 "limits: DRAM %.1f GB/s (%d threads); FP32 GEMM %.0f GFLOP/s (%s), BF16 GEMM %.0f "
-                 "GFLOP/s (%s)\n",
-                 m.dram_read_gbps, m.num_threads, m.gemm_f32_gflops, m.gemm_f32_impl.c_str(),
-                 m.gemm_bf16_gflops, m.gemm_bf16_impl.c_str());
-    return m;
-  }();
-  return measured;
+  return dz::bench::limits_for_this_run();
 }
 
 // Random finite E4M3 codes (act_quant-like magnitudes do not matter for speed), power-of-two

@@ -24,18 +24,7 @@ constexpr int64_t kOut = 2048, kIn = 7168;
 constexpr int64_t kSetBytes = int64_t{1} << 30;
 
 const dz::bench::MachineLimits& limits() {
-  static const dz::bench::MachineLimits measured = [] {
-    dz::bench::LimitsOptions options;
-    options.min_seconds = 0.5;
-    dz::bench::MachineLimits m = dz::bench::measure_limits(options);
-    std::fprintf(stderr,
-                 "limits: DRAM %.1f GB/s (1 thread) / %.1f GB/s (%d threads); BF16 GEMM %.0f "
-                 "GFLOP/s (%s)\n",
-                 m.dram_read_gbps_1thread, m.dram_read_gbps, m.num_threads, m.gemm_bf16_gflops,
-                 m.gemm_bf16_impl.c_str());
-    return m;
-  }();
-  return measured;
+  return dz::bench::limits_for_this_run();
 }
 
 // Random finite E4M3 codes from a xorshift stream, power-of-two scales.

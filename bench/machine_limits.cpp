@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -120,6 +121,21 @@ MachineLimits measure_limits(const LimitsOptions& options) {
   limits.gemm_bf16_gflops = bf16.gflops;
   limits.gemm_bf16_impl = bf16.impl;
   return limits;
+}
+
+const MachineLimits& limits_for_this_run() {
+  static const MachineLimits measured = [] {
+    LimitsOptions options;
+    options.min_seconds = 0.5;
+    MachineLimits m = measure_limits(options);
+    std::fprintf(stderr,
+                 "limits: DRAM %.1f GB/s (1 thread) / %.1f GB/s (%d threads); FP32 GEMM %.0f "
+                 "GFLOP/s (%s); BF16 GEMM %.0f GFLOP/s (%s)\n",
+                 m.dram_read_gbps_1thread, m.dram_read_gbps, m.num_threads, m.gemm_f32_gflops,
+                 m.gemm_f32_impl.c_str(), m.gemm_bf16_gflops, m.gemm_bf16_impl.c_str());
+    return m;
+  }();
+  return measured;
 }
 
 }  // namespace dz::bench

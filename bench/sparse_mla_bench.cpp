@@ -35,15 +35,7 @@ constexpr int64_t kSetBytes = int64_t{1} << 30;
 const MlaCacheLayout kLayout{.latent_dim = kLatent, .rope_dim = kRope, .dtype = KvCacheDtype::kFp8};
 
 const dz::bench::MachineLimits& limits() {
-  static const dz::bench::MachineLimits measured = [] {
-    dz::bench::LimitsOptions options;
-    options.min_seconds = 0.5;
-    dz::bench::MachineLimits m = dz::bench::measure_limits(options);
-    std::fprintf(stderr, "limits: DRAM %.1f GB/s (%d threads); FP32 GEMM %.0f GFLOP/s (%s)\n",
-                 m.dram_read_gbps, m.num_threads, m.gemm_f32_gflops, m.gemm_f32_impl.c_str());
-    return m;
-  }();
-  return measured;
+  return dz::bench::limits_for_this_run();
 }
 
 // num_pools copies of one pool of num_tokens random records (block table = identity).
