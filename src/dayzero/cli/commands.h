@@ -21,5 +21,7 @@ RunCommand add_logits_command(CLI::App& app);
 // `dayzero generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P]
 // [--seed S]`.
 RunCommand add_generate_command(CLI::App& app);
+// `dayzero verify --model DIR [--token-ids 1,2,3] [--kv-cache-dtype fp8|bf16] [--python PATH]`.
+RunCommand add_verify_command(CLI::App& app);
 
 }  // namespace dz::cli

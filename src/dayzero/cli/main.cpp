@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   add(dz::cli::add_tokenize_command);
   add(dz::cli::add_logits_command);
   add(dz::cli::add_generate_command);
+  add(dz::cli::add_verify_command);
 
   CLI11_PARSE(app, argc, argv);
   dz::init_logging(log_level);

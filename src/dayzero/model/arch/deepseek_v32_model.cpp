@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "dayzero/core/check.h"
 #include "dayzero/kernels/norms.h"
 #include "dayzero/kernels/rope.h"
 
@@ -304,6 +305,21 @@ void DeepseekV32Model::ensure_scratch(const ExecContext& ctx, const ForwardBatch
   if (mtp_ != nullptr) consider(*mtp_->layer);
   if (scratch_ == nullptr || scratch_->capacity_bytes() < bytes)
     scratch_ = std::make_unique<Arena>(bytes);
+}
+
+DeepseekV32Model::LayerBlocks DeepseekV32Model::layer_blocks(int layer_id) const {
+  DZ_CHECK(layer_id >= 0 && layer_id < static_cast<int>(layers_.size()), "layer {} of {}", layer_id,
+           layers_.size());
+  const Layer& layer = *layers_[static_cast<size_t>(layer_id)];
+  return LayerBlocks{.mla = layer.mla.get(),
+                     .indexer = layer.indexer.get(),
+                     .dense_mlp = layer.dense_mlp ? &*layer.dense_mlp : nullptr,
+                     .moe = layer.moe.get()};
+}
+
+Arena& DeepseekV32Model::block_scratch(const ExecContext& ctx, const ForwardBatch& batch) {
+  ensure_scratch(ctx, batch);
+  return *scratch_;
 }
 
 void DeepseekV32Model::run_layer(const ExecContext& ctx, const Layer& layer, int layer_id,

@@ -67,6 +67,18 @@ class DeepseekV32Model final : public CausalLm {
 
   const DeepseekV32Config& config() const { return config_; }
 
+  // Operator-level verification (models.md §8.1, `dayzero verify`): main layer `layer_id`'s blocks,
+  // to run them on the reference's inputs, and the block arena sized for `batch` (reset it before
+  // each block).
+  struct LayerBlocks {
+    const MlaBlock* mla = nullptr;
+    const DsaIndexer* indexer = nullptr;
+    const MlpWeights* dense_mlp = nullptr;  // layers < first_k_dense_replace
+    const MoeBlock* moe = nullptr;          // the others
+  };
+  LayerBlocks layer_blocks(int layer_id) const;
+  Arena& block_scratch(const ExecContext& ctx, const ForwardBatch& batch);
+
  private:
   struct Layer;
   struct Mtp;

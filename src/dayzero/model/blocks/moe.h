@@ -62,6 +62,7 @@ class MoeBlock {
   // Weights are checked against config with DZ_CHECK: the loader has validated shapes already.
   MoeBlock(MoeConfig config, MoeWeights weights);
   const MoeConfig& config() const { return config_; }
+  const MoeWeights& weights() const { return weights_; }  // route_grouped_sigmoid (verification)
   // What forward() takes from `scratch` for a step of at most max_tokens tokens.
   size_t scratch_bytes(int64_t max_tokens) const;
 

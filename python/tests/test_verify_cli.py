@@ -1,0 +1,129 @@
+"""`dayzero verify` on the tiny deepseek_v32 checkpoint (models.md §8.1).
+
+1. It passes with fp8 and bf16 KV caches on the default decisive prompt (65 tokens, longer than
+   index_topk 16, so the indexer selects and attention is sparse), printing operator rows (every
+   block of every layer on the reference's inputs and decisions), layer rows and model rows.
+2. It fails, with a non-zero exit and FAIL rows, when the engine and the reference disagree:
+   a) the reference runs with a bf16 latent cache while the engine quantizes it to FP8 (a real
+      numerical difference of ~E4M3 precision in every attention output);
+   b) one tap of an otherwise correct reference dump is perturbed by 3 %: exactly that operator
+      comparison fails, the others still pass.
+3. Bad input (a missing interpreter, another architecture) is a clear error.
+"""
+
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+
+from dayzero_ref import make_tiny, verify_dump
+
+SOURCE_DIR = os.environ.get("DZ_SOURCE_DIR",
+                            os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+BUILD_DIR = os.environ.get("DZ_BUILD_DIR", os.path.join(SOURCE_DIR, "build"))
+DAYZERO = os.path.join(BUILD_DIR, "src", "dayzero", "cli", "dayzero")
+PYTHON = "/usr/bin/python3"
+
+
+def rows_of(stdout):
+    """Table rows as (level, layer, quantity, metric, result)."""
+    rows = []
+    for line in stdout.splitlines():
+        parts = line.split()
+        if parts and parts[0] in ("operator", "layer", "model") and parts[-1] in ("PASS", "FAIL"):
+            rows.append((parts[0], parts[1], parts[2], parts[3], parts[-1]))
+    return rows
+
+
+class VerifyCli(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.exists(DAYZERO):
+            raise unittest.SkipTest(f"{DAYZERO} is not built (ninja -C {BUILD_DIR} dayzero)")
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.model_dir = os.path.join(cls.tmp.name, "deepseek_v32-tiny")
+        cls.config = make_tiny.make_tiny("deepseek_v32", cls.model_dir, seed=0)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def verify(self, *extra):
+        return subprocess.run([DAYZERO, "verify", "--model", self.model_dir, "--threads", "1",
+                               "--python", PYTHON, *extra],
+                              capture_output=True, text=True, timeout=300, check=False)
+
+    def check_complete(self, rows):
+        layers = self.config["num_hidden_layers"]
+        levels = {r[0] for r in rows}
+        self.assertEqual(levels, {"operator", "layer", "model"})
+        for layer in range(layers):
+            ops = {r[2] for r in rows if r[0] == "operator" and r[1] == str(layer)}
+            want = {"q_latent", "index_scores", "index_selection", "attn_out", "ffn_out"}
+            if layer >= self.config["first_k_dense_replace"]:
+                want |= {"router_scores", "routing_ids"}
+            self.assertEqual(ops, want, f"layer {layer}")
+        self.assertEqual(sum(r[0] == "layer" for r in rows), layers)
+        self.assertEqual({r[3] for r in rows if r[0] == "model"},
+                         {"median_rel_l2", "argmax_agree"})
+
+    def test_passes_fp8_and_bf16(self):
+        for dtype in ("fp8", "bf16"):
+            with self.subTest(dtype=dtype):
+                proc = self.verify("--kv-cache-dtype", dtype)
+                print(proc.stdout)
+                self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+                self.assertIn("65 tokens", proc.stdout)
+                rows = rows_of(proc.stdout)
+                self.check_complete(rows)
+                self.assertTrue(all(r[4] == "PASS" for r in rows))
+
+    def test_mismatched_reference_cache_fails(self):
+        proc = self.verify("--kv-cache-dtype", "fp8", "--reference-kv-cache-dtype", "bf16")
+        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        failed = [r for r in rows_of(proc.stdout) if r[4] == "FAIL"]
+        # The FP8 round trip of c_kv changes every attention output by far more than 1e-2.
+        self.assertIn(("operator", "0", "attn_out", "rel_rms", "FAIL"), failed)
+
+    def test_perturbed_tap_fails_exactly_there(self):
+        dump = os.path.join(self.tmp.name, "dump")
+        shutil.rmtree(dump, ignore_errors=True)
+        verify_dump.dump(self.model_dir, dump, verify_dump.test_prompts.PROMPTS[17], "bf16")
+        name = os.path.join(dump, verify_dump.tap_file_name(2, "ffn_out"))
+        ffn_out = np.load(name)
+        np.save(name, ffn_out * np.float32(1.03))
+        proc = self.verify("--kv-cache-dtype", "bf16", "--reference-dump", dump)
+        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        failed = [r for r in rows_of(proc.stdout) if r[4] == "FAIL"]
+        self.assertEqual(failed, [("operator", "2", "ffn_out", "rel_rms", "FAIL")], proc.stdout)
+
+    def test_errors(self):
+        proc = subprocess.run([DAYZERO, "verify", "--model", self.model_dir, "--python",
+                               "/nonexistent/python3"],
+                              capture_output=True, text=True, timeout=120, check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("cannot run the reference: python '/nonexistent/python3'", proc.stderr)
+        kimi = os.path.join(self.tmp.name, "kimi")
+        make_tiny.make_tiny("kimi_linear", kimi, seed=0)
+        proc = subprocess.run([DAYZERO, "verify", "--model", kimi], capture_output=True,
+                              text=True, timeout=120, check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("error: model_type \"kimi_linear\"", proc.stderr)
+
+    def test_interpreter_without_torch(self):
+        fake = os.path.join(self.tmp.name, "python-without-torch")
+        with open(fake, "w", encoding="utf-8") as f:
+            f.write("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\n"
+                    "exit 1\n")
+        os.chmod(fake, 0o755)
+        proc = subprocess.run([DAYZERO, "verify", "--model", self.model_dir, "--python", fake],
+                              capture_output=True, text=True, timeout=120, check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("the PyTorch reference needs torch and numpy", proc.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,236 @@
+// `dayzero verify --model DIR [--token-ids 1,2,3] [--kv-cache-dtype fp8|bf16] [--threads N]
+// [--python PATH]`: the layered comparison against the PyTorch reference (models.md §8.1). Runs
+// python/dayzero_ref/verify_dump.py into a temporary folder, reads its taps, and prints one row per
+// comparison (operator, layer, model level); the exit status is 1 if any row fails.
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "dayzero/cli/commands.h"
+#include "dayzero/cli/model_args.h"
+#include "dayzero/formats/npy.h"
+#include "dayzero/model/arch/deepseek_v32_verify.h"
+
+extern char** environ;
+
+namespace dz::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct VerifyArgs {
+  ModelArgs model;
+  std::string token_ids;  // empty: the python side's default decisive prompt
+  std::string python = "/usr/bin/python3";
+  // Debug (hidden): run the reference with another cache dtype than the engine's, or read an
+  // existing dump instead of running python. The verification tests use them to break agreement.
+  std::string reference_kv_cache_dtype;
+  std::string reference_dump;
+};
+
+// Removes the folder when the command ends.
+struct TempDir {
+  fs::path path;
+  ~TempDir() {
+    std::error_code ignored;
+    if (!path.empty()) fs::remove_all(path, ignored);
+  }
+};
+
+Result<std::string> read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error(StatusCode::kNotFound, "cannot open {}", path.string());
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::string python_path() {
+  if (const char* env = std::getenv("DZ_PYTHONPATH"); env != nullptr && *env != '\0') return env;
+  return std::string(DZ_SOURCE_DIR) + "/python";
+}
+
+// python -m dayzero_ref.verify_dump MODEL OUT ..., with PYTHONPATH at the repository's python/.
+Status run_reference_dump(const VerifyArgs& args, const std::string& out_dir) {
+  const std::string pythonpath = python_path();
+  if (!fs::exists(fs::path(pythonpath) / "dayzero_ref" / "verify_dump.py"))
+    return make_error(StatusCode::kNotFound,
+                      "cannot find dayzero_ref/verify_dump.py under {} (set DZ_PYTHONPATH to the "
+                      "repository's python/ folder)",
+                      pythonpath);
+  std::vector<std::string> argv_s = {args.python,
+                                     "-m",
+                                     "dayzero_ref.verify_dump",
+                                     args.model.model_dir,
+                                     out_dir,
+                                     "--kv-cache-dtype",
+                                     args.reference_kv_cache_dtype.empty()
+                                         ? args.model.kv_cache_dtype
+                                         : args.reference_kv_cache_dtype};
+  if (!args.token_ids.empty()) {
+    argv_s.push_back("--token-ids");
+    argv_s.push_back(args.token_ids);
+  }
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e != nullptr; ++e)
+    if (std::strncmp(*e, "PYTHONPATH=", 11) != 0) env_s.emplace_back(*e);
+  env_s.push_back("PYTHONPATH=" + pythonpath);
+  std::vector<char*> argv, envp;
+  for (std::string& s : argv_s) argv.push_back(s.data());
+  for (std::string& s : env_s) envp.push_back(s.data());
+  argv.push_back(nullptr);
+  envp.push_back(nullptr);
+
+  const std::string stderr_path = out_dir + "/stderr.txt";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  pid_t pid = 0;
+  const int rc =
+      posix_spawnp(&pid, args.python.c_str(), &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0)
+    return make_error(StatusCode::kNotFound, "cannot run the reference: python '{}': {} (--python)",
+                      args.python, std::strerror(rc));
+  int wstatus = 0;
+  while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) return Status::ok_status();
+  Result<std::string> err = read_file(stderr_path);
+  std::string text = err.ok() ? *err : std::string();
+  if (text.size() > 2000) text = "..." + text.substr(text.size() - 2000);
+  if (text.find("No module named 'torch'") != std::string::npos ||
+      text.find("No module named 'numpy'") != std::string::npos)
+    return make_error(StatusCode::kUnsupported,
+                      "the PyTorch reference needs torch and numpy, which '{}' lacks (choose an "
+                      "interpreter with --python)",
+                      args.python);
+  return make_error(StatusCode::kInternal, "the reference dump failed (exit status {}):\n{}",
+                    WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1, text);
+}
+
+// L{layer}.{name}.npy and Lg.{name}.npy (layer −1) → TapMap.
+Result<model::TapMap> read_taps(const fs::path& dir) {
+  model::TapMap taps;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+    const std::string file = entry.path().filename().string();
+    if (file.size() < 6 || file[0] != 'L' || entry.path().extension() != ".npy") continue;
+    const std::string stem = entry.path().stem().string();  // L3.attn_out
+    const size_t dot = stem.find('.');
+    if (dot == std::string::npos) continue;
+    const std::string layer = stem.substr(1, dot - 1);
+    int layer_id = -1;
+    if (layer != "g") {
+      try {
+        layer_id = std::stoi(layer);
+      } catch (const std::exception&) {
+        continue;
+      }
+    }
+    DZ_ASSIGN_OR_RETURN(std::string bytes, read_file(entry.path()));
+    Result<formats::NpyF32> npy = formats::decode_npy_f32(bytes);
+    if (!npy.ok()) return npy.status().with_context(entry.path().string());
+    taps[{layer_id, stem.substr(dot + 1)}] = {npy->shape, std::move(npy->data)};
+  }
+  if (ec)
+    return make_error(StatusCode::kNotFound, "cannot list {}: {}", dir.string(), ec.message());
+  return taps;
+}
+
+std::string format_row(const model::VerifyRow& r) {
+  const bool count = r.metric.find("beyond") != std::string::npos;
+  const std::string value =
+      count ? fmt::format("{}", static_cast<int64_t>(r.value)) : fmt::format("{:.3e}", r.value);
+  const std::string op = r.at_least ? ">=" : (count ? "<=" : "<");
+  const std::string tol = fmt::format("{} {:g}", op, r.tolerance);
+  return fmt::format("{:<9} {:>5} {:<16} {:<18} {:>10} {:>9} {}", r.level,
+                     r.layer_id < 0 ? std::string("-") : std::to_string(r.layer_id), r.quantity,
+                     r.metric, value, tol, r.pass ? "PASS" : "FAIL");
+}
+
+Result<int> run(const VerifyArgs& args) {
+  DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::CausalLm> loaded, load_model(args.model));
+  auto* model = dynamic_cast<model::DeepseekV32Model*>(loaded.get());
+  if (model == nullptr)
+    return make_error(StatusCode::kUnsupported,
+                      "verify compares against the deepseek_v32 reference only; {} is another "
+                      "architecture",
+                      args.model.model_dir);
+  if (!args.token_ids.empty()) {
+    DZ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, parse_token_ids(args.token_ids, "--token-ids"));
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] >= model->vocab_size())
+        return make_error(StatusCode::kInvalidArgument,
+                          "--token-ids: id {} (index {}) is outside the vocabulary [0, {})", ids[i],
+                          i, model->vocab_size());
+  }
+
+  TempDir tmp;
+  fs::path dump_dir = args.reference_dump;
+  if (dump_dir.empty()) {
+    std::string pattern = (fs::temp_directory_path() / "dayzero-verify-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr)
+      return make_error(StatusCode::kInternal, "cannot create a temporary folder: {}",
+                        std::strerror(errno));
+    tmp.path = dump_dir = pattern;
+    DZ_RETURN_IF_ERROR(run_reference_dump(args, dump_dir.string()));
+  }
+  DZ_ASSIGN_OR_RETURN(std::string ids_json, read_file(dump_dir / "token_ids.json"));
+  std::string list;
+  for (char ch : ids_json)
+    if (ch != '[' && ch != ']' && ch != ' ' && ch != '\n') list.push_back(ch);
+  DZ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, parse_token_ids(list, "token_ids.json"));
+  DZ_ASSIGN_OR_RETURN(model::TapMap ref, read_taps(dump_dir));
+
+  const ExecContext ctx = exec_context(args.model);
+  DZ_ASSIGN_OR_RETURN(std::vector<model::VerifyRow> rows,
+                      model::verify_deepseek_v32(ctx, *model, ids, ref, args.model.block_size));
+  std::printf("verify %s: %zu tokens, kv cache %s\n", args.model.model_dir.c_str(), ids.size(),
+              args.model.kv_cache_dtype.c_str());
+  std::printf("%-9s %5s %-16s %-18s %10s %9s %s\n", "level", "layer", "quantity", "metric", "value",
+              "tolerance", "result");
+  int64_t failed = 0;
+  for (const model::VerifyRow& r : rows) {
+    std::printf("%s\n", format_row(r).c_str());
+    failed += r.pass ? 0 : 1;
+  }
+  std::printf("%zu rows, %lld failed\n", rows.size(), static_cast<long long>(failed));
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+RunCommand add_verify_command(CLI::App& app) {
+  auto* command = app.add_subcommand(
+      "verify", "Compare every layer with the PyTorch reference (operator, layer, model level)");
+  auto args = std::make_shared<VerifyArgs>();
+  add_model_options(*command, args->model);
+  command->add_option("--token-ids", args->token_ids,
+                      "comma-separated token ids (default: the reference's decisive test prompt)");
+  command->add_option("--python", args->python, "interpreter with torch and numpy")
+      ->capture_default_str();
+  command->add_option("--reference-kv-cache-dtype", args->reference_kv_cache_dtype)
+      ->check(CLI::IsMember({"fp8", "bf16"}))
+      ->group("");
+  command->add_option("--reference-dump", args->reference_dump)->group("");
+  return [args] {
+    Result<int> rc = run(*args);
+    return rc.ok() ? *rc : fail(rc.status());
+  };
+}
+
+}  // namespace dz::cli

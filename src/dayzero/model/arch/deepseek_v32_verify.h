@@ -1,0 +1,65 @@
+#pragma once
+// Layered verification of the deepseek_v32 model against the PyTorch reference's taps (models.md
+// §8.1, `dayzero verify`): operator level (each block of each layer fed the reference's inputs and
+// discrete decisions), layer level (the engine's own forward, per-layer outputs) and model level
+// (logits). The reference's taps come from python/dayzero_ref/verify_dump.py.
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dayzero/core/parallel.h"
+#include "dayzero/core/status.h"
+#include "dayzero/core/tensor_view.h"
+#include "dayzero/model/arch/deepseek_v32_model.h"
+#include "dayzero/model/taps.h"
+
+namespace dz::model {
+
+struct TapArray {
+  Shape shape;
+  std::vector<float> data;
+};
+// (layer id, tap name) → FP32 array; layer −1 holds the globals ("final_norm", "logits").
+using TapMap = std::map<std::pair<int, std::string>, TapArray>;
+
+// A TapSink that keeps a copy of every tap.
+class CapturingTapSink final : public TapSink {
+ public:
+  void on_tap(int layer_id, std::string_view name, const float* data, const Shape& shape) override;
+  TapMap& taps() { return taps_; }
+
+ private:
+  TapMap taps_;
+};
+
+struct VerifyRow {
+  std::string level;     // "operator", "layer", "model"
+  int layer_id = -1;     // −1: the whole model
+  std::string quantity;  // e.g. "index_scores", "attn_out", "logits"
+  std::string metric;    // e.g. "rel_rms", "median_rel_l2", "argmax_agree"
+  double value = 0;
+  double tolerance = 0;
+  bool at_least = false;  // pass when value ≥ tolerance (else value < tolerance, or ≤ for counts)
+  bool pass = false;
+};
+
+// Tolerances (models.md §8.1, notes/issue3.md).
+inline constexpr double kOperatorRelRms = 1e-2;  // BF16 / FP8 paths on the reference's inputs
+inline constexpr double kLayerRelRms = 2e-2;     // layer_out of the engine's own forward
+inline constexpr double kLogitsMedianRelL2 = 2e-2;  // per position ‖ours − ref‖₂/‖ref‖₂, median
+inline constexpr double kArgmaxAgreement = 0.95;  // fraction of positions
+inline constexpr double kIndexerGapBound = 1e-2;  // selection swaps allowed within this score gap
+inline constexpr double kRoutingGapBound = 1e-4;  // expert swaps allowed within this score gap
+
+// Runs every comparison for `token_ids` (positions 0…T−1, one sequence) against `ref`, the
+// reference's taps on the same tokens with the same KV cache dtype as `model`. Each C++ run gets a
+// fresh KV cache. kInvalidArgument when a needed tap is missing or has the wrong shape.
+Result<std::vector<VerifyRow>> verify_deepseek_v32(const ExecContext& ctx, DeepseekV32Model& model,
+                                                   std::span<const int32_t> token_ids,
+                                                   const TapMap& ref, int64_t block_size);
+
+}  // namespace dz::model
