@@ -40,7 +40,9 @@ std::string encode_npy_f32(std::span<const float> data, const Shape& shape) {
   out += '\n';
   const size_t data_offset = out.size();
   out.resize(data_offset + data.size_bytes());
-  std::memcpy(out.data() + data_offset, data.data(), data.size_bytes());  // x86: little-endian
+  // An empty span may have a null pointer, which memcpy must not see even for zero bytes.
+  if (!data.empty())
+    std::memcpy(out.data() + data_offset, data.data(), data.size_bytes());  // x86: little-endian
   return out;
 }
 
@@ -88,7 +90,7 @@ Result<NpyF32> decode_npy_f32(std::string_view bytes) {
   if (static_cast<int64_t>(data.size()) != out.shape.num_elems() * 4)
     return corrupt(fmt::format("{} data bytes for shape {}", data.size(), out.shape.to_string()));
   out.data.resize(data.size() / 4);
-  std::memcpy(out.data.data(), data.data(), data.size());
+  if (!data.empty()) std::memcpy(out.data.data(), data.data(), data.size());
   return out;
 }
 
