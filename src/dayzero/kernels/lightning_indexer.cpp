@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "dayzero/core/check.h"
+#include "dayzero/kernels/cpu_features.h"
 #include "dayzero/kernels/lightning_indexer_detail.h"
 
 namespace dz::kernels {
@@ -87,10 +88,7 @@ size_t lightning_indexer_workspace_bytes(const ExecContext& ctx, const IndexKeyC
 }
 
 bool lightning_indexer_avx512_available(const IndexKeyCache& keys) {
-  static const bool cpu_ok = __builtin_cpu_supports("avx512f") &&
-                             __builtin_cpu_supports("avx512bw") &&
-                             __builtin_cpu_supports("avx512vbmi");
-  return cpu_ok && keys.layout.key_dim % 64 == 0 &&
+  return cpu_features().avx512_vbmi && keys.layout.key_dim % 64 == 0 &&
          keys.layout.block_size % indexer_detail::kChunkKeys == 0;
 }
 

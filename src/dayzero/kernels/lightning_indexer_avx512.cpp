@@ -9,8 +9,10 @@
 // linkage it calls are compiled without AVX-512 flags.
 
 // GCC 12 reports its own _mm512_undefined_ps() inside the intrinsics headers as uninitialized.
+#if defined(__GNUC__) && !defined(__clang__)  // GCC 12 AVX-512 headers: false positives
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include <immintrin.h>
 

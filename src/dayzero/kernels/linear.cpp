@@ -16,6 +16,7 @@
 #include "dayzero/formats/code_checks.h"
 #include "dayzero/formats/codecs.h"
 #include "dayzero/formats/fp8_block.h"
+#include "dayzero/kernels/cpu_features.h"
 #include "dayzero/kernels/linear_kernels.h"
 #include "dayzero/kernels/linear_ref.h"
 
@@ -31,16 +32,6 @@
 // - No AVX-512, or scales that the fast paths cannot fold exactly: the scalar reference.
 
 namespace dz::kernels {
-
-namespace detail {
-bool cpu_has_avx512() {
-  static const bool supported =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("f16c");
-  return supported;
-}
-}  // namespace detail
 
 namespace {
 
@@ -195,7 +186,7 @@ void round_activations(const ExecContext& ctx, const float* x, int64_t num_elems
 // reference when oneDNN has no BF16 matmul here.
 void LinearWeight::Impl::repack_for_onednn() {
   Impl& impl = *this;
-  if (!detail::cpu_has_avx512()) return;
+  if (!cpu_features().avx512) return;
   const int64_t out = impl.out_features, in = impl.in_features;
   try {
     const dnnl::engine& engine = cpu_engine();
@@ -323,7 +314,7 @@ Result<LinearWeight> LinearWeight::from_fp8_block(const TensorView& codes,
     if (scales[s] != 0.0f && mantissa != 0.5f) impl.scales_pow2 = false;
   }
   impl.scales_pow2 = impl.scales_pow2 && foldable;
-  impl.fp8_fast = foldable && detail::cpu_has_avx512();
+  impl.fp8_fast = foldable && cpu_features().avx512;
   return result;
 }
 

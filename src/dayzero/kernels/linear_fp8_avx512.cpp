@@ -1,7 +1,9 @@
 // GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_*() idiom
 // (GCC bug 105593); the warning is about the header, not this code.
+#if defined(__GNUC__) && !defined(__clang__)  // GCC 12 AVX-512 headers: false positives
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include <immintrin.h>
 

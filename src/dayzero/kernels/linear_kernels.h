@@ -12,7 +12,6 @@
 namespace dz::kernels::detail {
 
 // Whether this CPU runs the *_avx512 kernels (AVX-512 F/BW/VL/DQ and F16C); in linear.cpp.
-bool cpu_has_avx512();
 
 // out[e] = the BF16 code nearest x[e] (RNE, NaN → 0x7FC0, as formats::encode_bf16), and/or
 // out_f32[e] = its value; either output may be null.

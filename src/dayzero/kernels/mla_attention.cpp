@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "dayzero/core/check.h"
+#include "dayzero/kernels/cpu_features.h"
 #include "dayzero/kernels/mla_attention.h"
 #include "dayzero/kernels/mla_attention_vec.h"
 
@@ -48,8 +49,7 @@ MlaVecOps mla_vec_ops_generic() {
 }
 
 const MlaVecOps& mla_vec_ops() {
-  static const MlaVecOps ops =
-      __builtin_cpu_supports("avx512f") ? mla_vec_ops_avx512() : mla_vec_ops_generic();
+  static const MlaVecOps ops = cpu_features().avx512 ? mla_vec_ops_avx512() : mla_vec_ops_generic();
   return ops;
 }
 

@@ -2,8 +2,10 @@
 // products run four rows at once so that x is loaded once per four rows.
 // GCC 12 warns inside its own headers that _mm512_undefined_ps() is uninitialized when
 // _mm512_reduce_add_ps inlines; the value is never read.
+#if defined(__GNUC__) && !defined(__clang__)  // GCC 12 AVX-512 headers: false positives
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include "dayzero/kernels/mla_attention_vec.h"

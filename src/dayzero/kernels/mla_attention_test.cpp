@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dayzero/formats/codecs.h"
+#include "dayzero/kernels/cpu_features.h"
 #include "dayzero/kernels/mla_attention_vec.h"
 
 namespace dz::kernels {
@@ -296,7 +297,7 @@ TEST(MlaAttentionVecOps, VariantsMatchFp64Loops) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<detail::MlaVecOps> variants{detail::mla_vec_ops_generic()};
-  if (__builtin_cpu_supports("avx512f")) variants.push_back(detail::mla_vec_ops_avx512());
+  if (cpu_features().avx512) variants.push_back(detail::mla_vec_ops_avx512());
   for (const auto& ops : variants) {
     for (int64_t dim : {1, 15, 16, 17, 64, 127, 128, 129, 576}) {
       for (int64_t num_rows : {1, 3, 4, 5, 9}) {

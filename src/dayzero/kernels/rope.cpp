@@ -13,8 +13,8 @@ RopeFrequencies plain_rope_frequencies(int64_t rope_dim, double theta) {
   RopeFrequencies freqs;
   freqs.rope_dim = rope_dim;
   for (int64_t i = 0; i < rope_dim / 2; ++i)
-    freqs.inv_freq.push_back(
-        static_cast<float>(1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(rope_dim))));
+    freqs.inv_freq.push_back(static_cast<float>(
+        1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(rope_dim))));
   return freqs;
 }
 
