@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "dayzero/model/arch/deepseek_v32_model.h"
+#include "dayzero/model/arch/moe_config_checks.h"
 
 namespace dz::model {
 namespace {
@@ -12,7 +13,6 @@ namespace {
 
 // Far above any published model; keeps tensor tables of hostile configs bounded.
 constexpr int64_t kMaxLayers = 4096;
-constexpr int64_t kMaxExperts = 65536;
 
 Status check_contradictions(const formats::ConfigObject& obj, const DeepseekV32Config& c) {
   if (c.num_hidden_layers + c.num_nextn_predict_layers > kMaxLayers)
@@ -20,28 +20,13 @@ Status check_contradictions(const formats::ConfigObject& obj, const DeepseekV32C
         "num_hidden_layers",
         fmt::format("{} layers (+{} MTP) exceed the limit {}", c.num_hidden_layers,
                     c.num_nextn_predict_layers, kMaxLayers));
-  if (c.n_routed_experts > kMaxExperts)
-    return obj.field_error("n_routed_experts",
-                           fmt::format("{} exceeds the limit {}", c.n_routed_experts, kMaxExperts));
-  if (c.first_k_dense_replace >= c.num_hidden_layers)
-    return obj.field_error("first_k_dense_replace",
-                           fmt::format("{} leaves no MoE layer (num_hidden_layers {})",
-                                       c.first_k_dense_replace, c.num_hidden_layers));
-  if (c.num_experts_per_tok > c.n_routed_experts)
-    return obj.field_error(
-        "num_experts_per_tok",
-        fmt::format("{} exceeds n_routed_experts {}", c.num_experts_per_tok, c.n_routed_experts));
-  if (c.n_routed_experts % c.n_group != 0)
-    return obj.field_error("n_group", fmt::format("{} does not divide n_routed_experts {}",
-                                                  c.n_group, c.n_routed_experts));
-  if (c.topk_group > c.n_group)
-    return obj.field_error("topk_group",
-                           fmt::format("{} exceeds n_group {}", c.topk_group, c.n_group));
-  if (c.num_experts_per_tok > c.topk_group * (c.n_routed_experts / c.n_group))
-    return obj.field_error(
-        "num_experts_per_tok",
-        fmt::format("{} exceeds the {} experts of the topk_group {} groups", c.num_experts_per_tok,
-                    c.topk_group * (c.n_routed_experts / c.n_group), c.topk_group));
+  DZ_RETURN_IF_ERROR(check_moe_routing_fields(
+      obj, {.num_experts = {"n_routed_experts", c.n_routed_experts},
+            .experts_per_token = {"num_experts_per_tok", c.num_experts_per_tok},
+            .num_groups = {"n_group", c.n_group},
+            .topk_group = c.topk_group,
+            .first_k_dense_replace = c.first_k_dense_replace,
+            .num_hidden_layers = c.num_hidden_layers}));
   if (c.index_head_dim < c.qk_rope_head_dim)
     return obj.field_error("index_head_dim",
                            fmt::format("{} is smaller than its rope part qk_rope_head_dim {}",

@@ -4,12 +4,13 @@
 
 #include <fmt/format.h>
 
+#include "dayzero/model/arch/moe_config_checks.h"
+
 namespace dz::model {
 namespace {
 
 // Far above any published model; keeps schedules and tensor tables of hostile configs bounded.
 constexpr int64_t kMaxLayers = 4096;
-constexpr int64_t kMaxExperts = 65536;
 
 #define READ(method, field, ...) \
   DZ_READ_CONFIG_FIELD(obj, c, method, field __VA_OPT__(, ) __VA_ARGS__)
@@ -69,29 +70,15 @@ Result<KimiLinearAttnConfig> parse_linear_attn_config(const formats::ConfigObjec
 }
 
 Status check_contradictions(const formats::ConfigObject& obj, const KimiLinearConfig& c) {
-  if (c.num_experts > kMaxExperts)
-    return obj.field_error("num_experts",
-                           fmt::format("{} exceeds the limit {}", c.num_experts, kMaxExperts));
   if (!c.mla_use_nope)
     return obj.field_error("mla_use_nope", "must be true: Kimi MLA with RoPE is not supported");
-  if (c.first_k_dense_replace >= c.num_hidden_layers)
-    return obj.field_error("first_k_dense_replace",
-                           fmt::format("{} leaves no MoE layer (num_hidden_layers {})",
-                                       c.first_k_dense_replace, c.num_hidden_layers));
-  if (c.num_experts_per_token > c.num_experts)
-    return obj.field_error(
-        "num_experts_per_token",
-        fmt::format("{} exceeds num_experts {}", c.num_experts_per_token, c.num_experts));
-  if (c.num_experts % c.num_expert_group != 0)
-    return obj.field_error("num_expert_group", fmt::format("{} does not divide num_experts {}",
-                                                           c.num_expert_group, c.num_experts));
-  if (c.topk_group > c.num_expert_group)
-    return obj.field_error("topk_group", fmt::format("{} exceeds num_expert_group {}", c.topk_group,
-                                                     c.num_expert_group));
-  if (c.num_experts_per_token > c.topk_group * (c.num_experts / c.num_expert_group))
-    return obj.field_error("num_experts_per_token",
-                           fmt::format("{} exceeds the experts of the topk_group {} groups",
-                                       c.num_experts_per_token, c.topk_group));
+  DZ_RETURN_IF_ERROR(check_moe_routing_fields(
+      obj, {.num_experts = {"num_experts", c.num_experts},
+            .experts_per_token = {"num_experts_per_token", c.num_experts_per_token},
+            .num_groups = {"num_expert_group", c.num_expert_group},
+            .topk_group = c.topk_group,
+            .first_k_dense_replace = c.first_k_dense_replace,
+            .num_hidden_layers = c.num_hidden_layers}));
   if (c.moe_router_activation_func != "sigmoid")
     return obj.field_error(
         "moe_router_activation_func",
