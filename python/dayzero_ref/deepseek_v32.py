@@ -40,73 +40,21 @@ operator-level comparisons through discrete decisions (models.md §8.1).
 """
 
 import argparse
-import json
 import math
-import os
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from dayzero_ref import formats, safetensors_io
-
-GLOBAL_LAYER = -1
+from dayzero_ref import formats
+from dayzero_ref.ref_common import (  # noqa: F401  (re-exported: the tools import them from here)
+    GLOBAL_LAYER, ReferenceBase, load_config, load_tensors, parse_token_ids, route_grouped_sigmoid,
+    routing_weights)
 LAYER_TAPS = ("attn_norm", "q_latent", "index_scores", "index_selection", "attn_out", "ffn_norm",
               "router_scores", "ffn_out", "layer_out")
 GLOBAL_TAPS = ("final_norm", "logits")
 KV_CACHE_DTYPES = ("fp8", "bf16")
 MTP_HIDDEN = ("post_norm", "pre_norm")
-
-
-# ---------------------------------------------------------------- checkpoint
-
-def load_config(model_dir):
-    with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
-        return json.load(f)
-
-
-def _weight_files(model_dir):
-    index = os.path.join(model_dir, safetensors_io.INDEX_FILE_NAME)
-    if os.path.exists(index):
-        with open(index, encoding="utf-8") as f:
-            weight_map = json.load(f)["weight_map"]
-        return [os.path.join(model_dir, name) for name in sorted(set(weight_map.values()))]
-    single = os.path.join(model_dir, "model.safetensors")
-    if not os.path.exists(single):
-        raise FileNotFoundError(f"{model_dir}: neither model.safetensors nor "
-                                f"{safetensors_io.INDEX_FILE_NAME}")
-    return [single]
-
-
-def load_tensors(model_dir, config):
-    """name -> FP32 tensor for every weight of the checkpoint; FP8 block weights dequantized exactly
-    with their weight_scale_inv (which is dropped from the result)."""
-    raw = {}
-    for path in _weight_files(model_dir):
-        raw.update(safetensors_io.load_file(path))
-    quant = config.get("quantization_config") or {}
-    block = quant.get("weight_block_size", [128, 128])
-    if block[0] != block[1]:
-        raise ValueError(f"weight_block_size {block}: only square blocks are supported")
-    out = {}
-    for name, r in raw.items():
-        if name.endswith("weight_scale_inv"):
-            continue
-        t = safetensors_io.to_torch(r)
-        if r.dtype == "F8_E4M3":
-            scale_name = name + "_scale_inv"
-            if scale_name not in raw:
-                raise ValueError(f"{name}: F8_E4M3 weight without {scale_name}")
-            scale = safetensors_io.to_torch(raw[scale_name]).float()
-            want = (-(-t.shape[0] // block[0]), -(-t.shape[1] // block[1]))
-            if tuple(scale.shape) != want:
-                raise ValueError(f"{scale_name}: shape {list(scale.shape)}, expected {list(want)}")
-            out[name] = formats.dequantize_fp8_block(t, scale, block[0])
-        elif r.dtype in ("BF16", "F16", "F32"):
-            out[name] = t.float()
-        else:
-            raise ValueError(f"{name}: unsupported dtype {r.dtype}")
-    return out
 
 
 # ---------------------------------------------------------------- YaRN (models.md §1.3)
@@ -188,32 +136,6 @@ def select_topk(scores, index_topk):
     return torch.where(column < visible, out, torch.full_like(out, -1))
 
 
-def route_grouped_sigmoid(scores, bias, n_group, topk_group, top_k, norm_topk_prob,
-                          routed_scaling_factor):
-    """models.md §6.1 on σ(logits) `scores` [T, E]: (ids int64 [T, k] in rank order, weights
-    float32 [T, k]). Ties go to the lower group id and the lower expert id."""
-    num_tokens, num_experts = scores.shape
-    biased = scores + bias[None, :]
-    if n_group > 1:
-        per_group = num_experts // n_group
-        grouped = biased.reshape(num_tokens, n_group, per_group)
-        top2 = torch.sort(grouped, dim=-1, descending=True, stable=True).values[..., :2]
-        group_scores = top2[..., 0] + top2[..., 1]
-        groups = torch.sort(group_scores, dim=-1, descending=True, stable=True).indices
-        keep = torch.zeros(num_tokens, n_group, dtype=torch.bool)
-        keep.scatter_(1, groups[:, :topk_group], True)
-        biased = biased.masked_fill(~keep.repeat_interleave(per_group, dim=1), -math.inf)
-    ids = torch.sort(biased, dim=-1, descending=True, stable=True).indices[:, :top_k]
-    return ids, routing_weights(scores, ids, norm_topk_prob, routed_scaling_factor)
-
-
-def routing_weights(scores, ids, norm_topk_prob, routed_scaling_factor):
-    weights = scores.gather(1, ids)
-    if norm_topk_prob:
-        weights = weights / weights.sum(dim=-1, keepdim=True)
-    return weights * torch.tensor(routed_scaling_factor, dtype=torch.float32)
-
-
 def _dequant_act(x):
     """act_quant (ue8m0, groups of 128) and back: the FP8 round trip of formats.md §4.1/§4.3."""
     codes, scales = formats.act_quant(x)
@@ -223,7 +145,7 @@ def _dequant_act(x):
 
 # ---------------------------------------------------------------- the model
 
-class DeepseekV32Reference:
+class DeepseekV32Reference(ReferenceBase):
     """The deepseek_v32 model of a checkpoint folder, evaluated as a full prefill from position 0.
 
     kv_cache_dtype: "fp8" passes c_kv through the act_quant round trip (the reference's FP8 cache
@@ -259,32 +181,10 @@ class DeepseekV32Reference:
         # Margin checks (dayzero_ref.margins): (relative sigma, torch.Generator) or None.
         self.noise = None
 
-    # ------------------------------------------------------------ numerics helpers
-
-    def _bf16(self, x):
-        y = formats.round_to_bf16(x)
-        if self.noise is not None:
-            rel, gen = self.noise
-            y = y * (1.0 + rel * torch.randn(y.shape, generator=gen))
-        return y
-
-    def _rms_norm(self, x, weight):
-        x = x.float()
-        normed = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
-        return self._bf16(weight * normed)
-
-    def _linear(self, x, name):
-        return x @ self.w[name].t()
-
     def _is_moe(self, layer_id):
         c = self.config
         return (c.get("n_routed_experts") is not None and layer_id >= c["first_k_dense_replace"]
                 and layer_id % c.get("moe_layer_freq", 1) == 0)
-
-    @staticmethod
-    def _tap(taps, layer_id, name, tensor):
-        if taps is not None:
-            taps[(layer_id, name)] = tensor.detach().to(torch.float32).clone()
 
     # ------------------------------------------------------------ blocks
 
@@ -414,14 +314,6 @@ class DeepseekV32Reference:
 
     # ------------------------------------------------------------ entry points
 
-    def _check_ids(self, token_ids):
-        vocab = self.config["vocab_size"]
-        ids = [int(t) for t in token_ids]
-        bad = [t for t in ids if not 0 <= t < vocab]
-        if bad:
-            raise ValueError(f"token ids {bad[:5]} outside [0, {vocab})")
-        return torch.tensor(ids, dtype=torch.int64)
-
     def hidden_states(self, token_ids, taps=None, forced=None):
         """(residual stream after the last layer [T, d], final-norm output [T, d]), both BF16-valued."""
         ids = self._check_ids(token_ids)
@@ -475,16 +367,6 @@ class DeepseekV32Reference:
         logits = final @ head.t()
         self._tap(taps, m, "logits", logits)
         return logits
-
-
-def parse_token_ids(text):
-    try:
-        ids = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"--token-ids {text!r}: {e}") from e
-    if not ids:
-        raise argparse.ArgumentTypeError("--token-ids: empty list")
-    return ids
 
 
 def main(argv=None):
