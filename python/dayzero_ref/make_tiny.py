@@ -13,10 +13,11 @@ a tensor do not depend on which other tensors exist. Quantized tensors go throug
 emulation in formats.py (FP8 128x128 blocks for deepseek_v32, compressed-tensors MXFP4 for the K3
 routed experts).
 
-deepseek_v32 weights are then reshaped for decisive tests (models.md §8.1): a constant and a
-coded part of the embedding, saturated code-reading routers with Golomb-ruler biases, an indexer
-that ranks marked tokens by recency, small sublayer outputs and a bigram-like lm_head (details and
-numbers in dayzero_ref/decisive_v32.py; `--plain` skips this).
+The weights are then reshaped for decisive tests (models.md §8.1): a constant and a coded part of
+the embedding, saturated code-reading routers with spread biases (Golomb-ruler marks for the grouped
+deepseek_v32 routing), for deepseek_v32 an indexer that ranks marked tokens by recency, small sublayer
+outputs and a bigram-like lm_head (details and numbers in dayzero_ref/decisive_v32.py and
+dayzero_ref/decisive_kimi.py; `--plain` skips this).
 
 Choices not pinned by models.md §8 (also in the report that introduced this file):
 - The Kimi tokenizer has 256 special ids after its ranks, so vocab 512 cannot hold a BPE with merges;
@@ -34,7 +35,7 @@ from collections import namedtuple
 
 import torch
 
-from dayzero_ref import decisive_v32, formats, safetensors_io, tokenizer_gen
+from dayzero_ref import decisive_kimi, decisive_v32, formats, safetensors_io, tokenizer_gen
 
 ARCHS = ("deepseek_v32", "kimi_linear", "kimi_k3")
 
@@ -321,15 +322,18 @@ def _draw(entry, seed, kda_heads):
 
 
 def weights(arch, config, seed, decisive=True):
-    """name -> RawTensor for every stored tensor of the tiny checkpoint. `decisive` (deepseek_v32
-    only): reshape the draws so that every discrete decision has a clear margin (models.md §8.1,
-    see dayzero_ref.decisive_v32)."""
+    """name -> RawTensor for every stored tensor of the tiny checkpoint. `decisive`: reshape the
+    draws so that every discrete decision has a clear margin (models.md §8.1, see
+    dayzero_ref.decisive_v32 and dayzero_ref.decisive_kimi)."""
     text = config.get("text_config", config)
     kda_heads = text.get("linear_attn_config", {}).get("num_heads")
     entries = layout(arch, config)
     logical = {e.name: _draw(e, seed, kda_heads) for e in entries}
     if arch == "deepseek_v32" and decisive:
         decisive_v32.shape_weights(config, logical, seed)
+    elif decisive:
+        prefix = "language_model." if arch == "kimi_k3" else ""
+        decisive_kimi.shape_weights(text, logical, seed, prefix, KIMI_NUM_RANKS)
     tensors = {}
     for e in entries:
         w = logical[e.name]
@@ -360,7 +364,7 @@ def generation_config(config):
 
 def make_tiny(arch, out_dir, seed=0, shard_bytes=None, decisive=True):
     """Writes the tiny `arch` checkpoint into out_dir; returns the config dict. decisive=False gives
-    the plain §8 draws for deepseek_v32 too (no margins by construction)."""
+    the plain §8 draws (no margins by construction)."""
     if arch not in CONFIGS:
         raise ValueError(f"unknown arch {arch!r} (supported: {', '.join(ARCHS)})")
     config = CONFIGS[arch]()
@@ -395,7 +399,7 @@ def main(argv=None):
                         help="shard the weights at this many bytes (default: kimi_k3 512 KiB, "
                              "others one file)")
     parser.add_argument("--plain", action="store_true",
-                        help="deepseek_v32: plain random draws, without the decisive structure")
+                        help="plain random draws, without the decisive structure")
     args = parser.parse_args(argv)
     make_tiny(args.arch, args.out_dir, args.seed, args.shard_bytes, decisive=not args.plain)
 

@@ -1,4 +1,4 @@
-"""Margin check for deepseek_v32 test prompts (models.md §8.1): are the discrete decisions decisive?
+"""Margin check for test prompts (models.md §8.1): are the discrete decisions decisive?
 
     /usr/bin/python3 -m dayzero_ref.margins MODEL_DIR --token-ids 1,2,3 [--trials 10] [--rel 8e-3]
         [--kv-cache-dtype fp8|bf16|both] [--no-mtp]
@@ -11,7 +11,9 @@ BF16 rounding itself, 2^-9/sqrt(3); 4e-3 let through a prompt that failed 3 of 2
 reports whether any indexer selection (as a set per token), expert choice (as a set per token) or
 argmax of the logits (main model and MTP head) changes. A prompt whose decisions change is not
 decisive: two correct implementations could disagree on it, so it must not be a test prompt.
-Also prints the unperturbed margins: the score gap at each selection boundary (relative to the
+Kimi checkpoints (kimi_linear, kimi_k3; model_type from config.json) are checked the same way with
+dayzero_ref.kimi (kv cache bf16; decisions: expert choice and argmax), their prompts in
+dayzero_ref.test_prompts_kimi. Also prints the unperturbed margins: the score gap at each selection boundary (relative to the
 row's top score), the routing gaps (groups and experts, in biased-score units) and the top-1/top-2
 logit gap.
 """
@@ -22,16 +24,27 @@ import sys
 
 import torch
 
-from dayzero_ref import deepseek_v32
+from dayzero_ref import deepseek_v32, kimi
+from dayzero_ref.ref_common import load_config
 
 DEFAULT_REL = 8e-3
 DEFAULT_TRIALS = 10
 
 
+def is_kimi(model_dir):
+    return load_config(model_dir).get("model_type") in kimi.KIMI_MODEL_TYPES
+
+
+def make_reference(model_dir, kv_cache_dtype):
+    if is_kimi(model_dir):
+        return kimi.KimiReference(model_dir, kv_cache_dtype=kv_cache_dtype)
+    return deepseek_v32.DeepseekV32Reference(model_dir, kv_cache_dtype=kv_cache_dtype)
+
+
 def _run(ref, token_ids, with_mtp):
     taps = {}
     with torch.no_grad():
-        if with_mtp and len(token_ids) > 1:
+        if with_mtp and len(token_ids) > 1 and hasattr(ref, "mtp_logits"):
             ref.mtp_logits(token_ids, taps=taps)
         else:
             ref.forward(token_ids, taps=taps)
@@ -54,8 +67,26 @@ def decisions(taps, num_layers):
     return out
 
 
+def kimi_margins(ref, taps):
+    """Unperturbed gaps of a Kimi model: routing (biased-score gap at the top-k boundary) and the
+    top-1/top-2 logit gap, smallest over rows and layers."""
+    top_k = ref.config["num_experts_per_token"]
+    expert_gap, argmax_gap = math.inf, math.inf
+    for (layer, name), value in taps.items():
+        if name == "router_scores":
+            bias = ref.w[ref._layer_prefix(layer) + "block_sparse_moe.gate.e_score_correction_bias"]
+            ranked = torch.sort(value + bias[None, :], dim=-1, descending=True).values
+            expert_gap = min(expert_gap, float((ranked[:, top_k - 1] - ranked[:, top_k]).min()))
+        elif name == "logits":
+            top2 = torch.topk(value, 2, dim=-1).values
+            argmax_gap = min(argmax_gap, float((top2[:, 0] - top2[:, 1]).min()))
+    return {"expert_gap": expert_gap, "argmax_gap": argmax_gap}
+
+
 def margins(ref, taps):
     """Unperturbed gaps at every discrete decision (smallest over rows and layers)."""
+    if isinstance(ref, kimi.KimiReference):
+        return kimi_margins(ref, taps)
     c = ref.config
     k_index = ref.index_topk
     index_gap, zero_ties = math.inf, 0
@@ -112,18 +143,24 @@ def check(ref, token_ids, trials=DEFAULT_TRIALS, rel=DEFAULT_REL, seed=0, with_m
             "num_decisions": sum(len(rows) for rows in base.values())}
 
 
-def check_model_dir(model_dir, token_ids, kv_cache_dtypes=("fp8", "bf16"), **kwargs):
-    """kv_cache_dtype -> check() report."""
-    return {dtype: check(deepseek_v32.DeepseekV32Reference(model_dir, kv_cache_dtype=dtype),
-                         token_ids, **kwargs) for dtype in kv_cache_dtypes}
+def check_model_dir(model_dir, token_ids, kv_cache_dtypes=None, **kwargs):
+    """kv_cache_dtype -> check() report (default dtypes: fp8 and bf16, Kimi bf16)."""
+    if kv_cache_dtypes is None:
+        kv_cache_dtypes = ("bf16",) if is_kimi(model_dir) else ("fp8", "bf16")
+    return {dtype: check(make_reference(model_dir, dtype), token_ids, **kwargs)
+            for dtype in kv_cache_dtypes}
 
 
 def format_report(label, report):
     m = report["margins"]
     status = "PASS" if report["passed"] else f"FAIL ({len(report['changes'])} changed decisions)"
-    lines = [f"{label}: {status}; {report['num_decisions']} decisions; margins: index rel gap "
-             f"{m['index_rel_gap']:.3g} ({m['index_zero_ties']} ReLU-floor ties), group gap "
-             f"{m['group_gap']:.3g}, expert gap {m['expert_gap']:.3g}, argmax gap {m['argmax_gap']:.3g}"]
+    if "index_rel_gap" in m:
+        gaps = (f"index rel gap {m['index_rel_gap']:.3g} ({m['index_zero_ties']} ReLU-floor ties), "
+                f"group gap {m['group_gap']:.3g}, ")
+    else:
+        gaps = ""
+    lines = [f"{label}: {status}; {report['num_decisions']} decisions; margins: {gaps}"
+             f"expert gap {m['expert_gap']:.3g}, argmax gap {m['argmax_gap']:.3g}"]
     for trial, kind, layer, row in report["changes"][:10]:
         lines.append(f"  trial {trial}: {kind} layer {layer} row {row} changed")
     return "\n".join(lines)
@@ -138,12 +175,15 @@ def main(argv=None):
     parser.add_argument("--trials", type=int, default=DEFAULT_TRIALS)
     parser.add_argument("--rel", type=float, default=DEFAULT_REL)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--kv-cache-dtype", choices=("fp8", "bf16", "both"), default="both")
+    parser.add_argument("--kv-cache-dtype", choices=("fp8", "bf16", "both"), default="both",
+                        help="both: fp8 and bf16 (Kimi: bf16 only, kv_lora_rank 64 has no FP8 tile)")
     parser.add_argument("--no-mtp", action="store_true")
     parser.add_argument("--search", action="store_true",
                         help="search a passing prompt for every length of TEST_LENGTHS and print "
                              "them as a PROMPTS dict (for dayzero_ref/test_prompts.py)")
     args = parser.parse_args(argv)
+    if is_kimi(args.model_dir):
+        return _main_kimi(args, parser)
     if args.search:
         refs = [deepseek_v32.DeepseekV32Reference(args.model_dir, kv_cache_dtype=d)
                 for d in ("fp8", "bf16")]
@@ -216,3 +256,54 @@ def search_prompt(refs, length, attempts_per_cap=3, trials=DEFAULT_TRIALS, rel=D
             if all(r["passed"] for r in reports):
                 return ids, cap, reports
     return None, None, None
+
+
+# ---------------------------------------------------------------- Kimi
+
+def kimi_candidate_prompt(length, attempt, num_regular_ids=512):
+    """Random regular ids in [0, num_regular_ids) (no special token: the Kimi tokenizer numbers its
+    specials from the number of ranks on), from a generator seeded by (length, attempt)."""
+    gen = torch.Generator()
+    gen.manual_seed(length * 7919 + attempt + 1_000_003)
+    return [int(t) for t in torch.randint(0, num_regular_ids, (length,), generator=gen)]
+
+
+def search_kimi_prompt(refs, length, attempts=20, trials=DEFAULT_TRIALS, rel=DEFAULT_REL):
+    """The first candidate prompt of `length` that passes check() for every reference in `refs`
+    (e.g. the kimi_linear and kimi_k3 tiny models); (ids, attempt) or (None, None)."""
+    for attempt in range(attempts):
+        ids = kimi_candidate_prompt(length, attempt)
+        if all(check(ref, ids, trials, rel)["passed"] for ref in refs):
+            return ids, attempt
+    return None, None
+
+
+def _main_kimi(args, parser):
+    if args.kv_cache_dtype == "fp8":
+        parser.error("Kimi tiny models: --kv-cache-dtype bf16 only")
+    ref = kimi.KimiReference(args.model_dir, kv_cache_dtype="bf16")
+    if args.search:
+        found = {}
+        for length in TEST_LENGTHS:
+            ids, attempt = search_kimi_prompt([ref], length, trials=args.trials, rel=args.rel)
+            print(f"# length {length}: attempt {attempt}" if ids else f"# length {length}: none")
+            if ids:
+                found[length] = ids
+        print("PROMPTS = {")
+        for length, ids in found.items():
+            print(f"    {length}: {ids},")
+        print("}")
+        return 0 if len(found) == len(TEST_LENGTHS) else 1
+    if args.test_prompts:
+        from dayzero_ref import test_prompts_kimi
+        prompts = dict(test_prompts_kimi.PROMPTS)
+    elif args.token_ids:
+        prompts = {len(args.token_ids): args.token_ids}
+    else:
+        parser.error("give --token-ids or --test-prompts")
+    ok = True
+    for length, ids in prompts.items():
+        report = check(ref, ids, args.trials, args.rel, args.seed, with_mtp=False)
+        ok &= report["passed"]
+        print(format_report(f"length {length:3d} kv bf16", report))
+    return 0 if ok else 1

@@ -1,12 +1,15 @@
-"""Every tap of the deepseek_v32 reference on one prompt, as .npy files for `dayzero verify`.
+"""Every tap of the reference on one prompt, as .npy files for `dayzero verify`.
 
 python -m dayzero_ref.verify_dump MODEL_DIR OUT_DIR [--token-ids 1,2,3] [--kv-cache-dtype fp8|bf16]
 
+The reference follows config.json's model_type: deepseek_v32 → DeepseekV32Reference (kv cache
+default fp8), kimi_linear / kimi_k3 → kimi.KimiReference (kv cache default bf16).
 Writes OUT_DIR/L{layer}.{name}.npy (float32; the globals of layer −1 as Lg.{name}.npy) for every
-tap of DeepseekV32Reference.forward (deepseek_v32.py lists them, with the reference-only
+tap of the reference's forward (deepseek_v32.py and kimi.py list them, with the reference-only
 routing_ids / routing_weights that the engine's operator check forces), and OUT_DIR/token_ids.json.
-Without --token-ids the prompt is the decisive 65-token one of test_prompts (longer than the tiny
-checkpoint's index_topk, so the indexer really selects); for another checkpoint pass your own ids.
+Without --token-ids the prompt is the decisive 65-token one of test_prompts (deepseek_v32: longer
+than the tiny checkpoint's index_topk, so the indexer really selects) or of test_prompts_kimi (Kimi:
+more than four KDA chunks of 16, the last one partial); for another checkpoint pass your own ids.
 """
 
 import argparse
@@ -17,7 +20,8 @@ import sys
 import numpy as np
 import torch
 
-from dayzero_ref import deepseek_v32, test_prompts
+from dayzero_ref import deepseek_v32, kimi, test_prompts, test_prompts_kimi
+from dayzero_ref.ref_common import load_config
 
 DEFAULT_PROMPT_LENGTH = 65
 
@@ -27,8 +31,21 @@ def tap_file_name(layer_id, name):
     return f"{layer}.{name}.npy"
 
 
-def dump(model_dir, out_dir, token_ids, kv_cache_dtype):
-    ref = deepseek_v32.DeepseekV32Reference(model_dir, kv_cache_dtype=kv_cache_dtype)
+def is_kimi(model_dir):
+    return load_config(model_dir).get("model_type") in kimi.KIMI_MODEL_TYPES
+
+
+def default_prompt(model_dir):
+    prompts = test_prompts_kimi.PROMPTS if is_kimi(model_dir) else test_prompts.PROMPTS
+    return prompts[DEFAULT_PROMPT_LENGTH]
+
+
+def dump(model_dir, out_dir, token_ids, kv_cache_dtype=None):
+    """kv_cache_dtype None: the model's default (deepseek_v32 fp8, Kimi bf16)."""
+    if is_kimi(model_dir):
+        ref = kimi.KimiReference(model_dir, kv_cache_dtype=kv_cache_dtype or "bf16")
+    else:
+        ref = deepseek_v32.DeepseekV32Reference(model_dir, kv_cache_dtype=kv_cache_dtype or "fp8")
     taps = {}
     with torch.no_grad():
         ref.forward(token_ids, taps=taps)
@@ -48,10 +65,11 @@ def main(argv=None):
     parser.add_argument("--token-ids", type=deepseek_v32.parse_token_ids,
                         help="comma-separated token ids (default: the decisive "
                              f"{DEFAULT_PROMPT_LENGTH}-token test prompt)")
-    parser.add_argument("--kv-cache-dtype", choices=deepseek_v32.KV_CACHE_DTYPES, default="fp8")
+    parser.add_argument("--kv-cache-dtype", choices=deepseek_v32.KV_CACHE_DTYPES, default=None,
+                        help="default: fp8 for deepseek_v32, bf16 for Kimi models")
     args = parser.parse_args(argv)
-    token_ids = args.token_ids or test_prompts.PROMPTS[DEFAULT_PROMPT_LENGTH]
     try:
+        token_ids = args.token_ids or default_prompt(args.model_dir)
         dump(args.model_dir, args.out_dir, token_ids, args.kv_cache_dtype)
     except (OSError, ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
