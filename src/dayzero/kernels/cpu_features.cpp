@@ -10,7 +10,9 @@ const CpuFeatures& cpu_features() {
     f.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     f.avx512_vbmi = f.avx512 && __builtin_cpu_supports("avx512vbmi");
-    spdlog::debug("kernels: avx512 {}, avx512_vbmi {}", f.avx512, f.avx512_vbmi);
+    f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
+    spdlog::debug("kernels: avx512 {}, avx512_vbmi {}, avx512_bf16 {}", f.avx512, f.avx512_vbmi,
+                  f.avx512_bf16);
     return f;
   }();
   return features;

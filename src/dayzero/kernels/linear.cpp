@@ -2,12 +2,14 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <span>
 #include <tuple>
+#include <vector>
 
 #include <dnnl.hpp>
 
@@ -16,6 +18,7 @@
 #include "dayzero/formats/code_checks.h"
 #include "dayzero/formats/codecs.h"
 #include "dayzero/formats/fp8_block.h"
+#include "dayzero/formats/mxfp4_layouts.h"
 #include "dayzero/kernels/cpu_features.h"
 #include "dayzero/kernels/linear_kernels.h"
 #include "dayzero/kernels/linear_ref.h"
@@ -29,6 +32,10 @@
 // - FP8 weights, more tokens: tiles of kTileRows output rows × all of K are dequantized into a
 //   per-thread workspace (BF16 when every scale is a power of two, so exact; FP32 otherwise) and
 //   multiplied by a single-threaded oneDNN matmul per tile, the tiles spread over the threads.
+// - MXFP4 weights: the same two paths (linear_mxfp4_avx512.cpp): a fused GEMV below
+//   kMxfp4GemmMinTokens, else tiles dequantized into a fixed per-thread workspace (BF16, or FP32
+//   for tiles whose rows hold scale codes 0 or 1 with nonzero elements: BF16 subnormals, which
+//   the BF16 GEMM may flush) and multiplied by oneDNN.
 // - No AVX-512, or scales that the fast paths cannot fold exactly: the scalar reference.
 
 namespace dz::kernels {
@@ -48,6 +55,13 @@ constexpr int64_t kFp8GemmMinTokens = 6;
 constexpr int64_t kTileRows = 64;
 constexpr int64_t kTileTokens = 256;  // tokens per tile GEMM
 constexpr size_t kMaxCachedPrimitives = 64;
+// MXFP4: the GEMV does 2 VDPBF16PS per 64 weights per token after a 3-op decode; the tiles pay a
+// fixed dequantization per row tile and then run on AMX.
+constexpr int64_t kMxfp4GemmMinTokens = 8;
+// The fixed per-thread tile buffer: 1 MiB holds 64 BF16 rows of 7168 (as the FP8 tiles) or 170 of
+// the K3 experts' 3072, and fits in the 2 MiB L2 next to oneDNN's packed copy.
+constexpr size_t kMxfp4WorkspaceBytes = size_t{1} << 20;
+constexpr int64_t kMxfp4MaxTileRows = 256;
 
 // The one CPU engine; oneDNN engines are immutable handles.
 const dnnl::engine& cpu_engine() {
@@ -58,7 +72,7 @@ const dnnl::engine& cpu_engine() {
 // Per-thread reusable buffers: activations in BF16, tiles, oneDNN scratchpads. Contents never
 // outlive one forward() call, so they carry no state between calls.
 struct ThreadScratch {
-  AlignedBuffer x_bf16, x_f32, tile, onednn;
+  AlignedBuffer x_bf16, x_f32, tile, onednn, mxfp4_tile;
 };
 thread_local ThreadScratch t_scratch;
 
@@ -142,12 +156,27 @@ struct LinearWeight::Impl {
   bool scales_pow2 = false;  // all powers of two: BF16 tiles are exact
   bool fp8_fast = false;     // AVX-512 present and every scale foldable by 2^8 exactly
 
+  // MXFP4 weights: packed [out, in/2] nibbles, E8M0 scales [out, in/32] (no 0xFF), and per row
+  // whether a block with scale code 0 or 1 has a nonzero element (its values are BF16
+  // subnormals: such rows go through FP32 tiles).
+  bool mxfp4 = false;
+  bool mxfp4_fast = false;  // AVX-512 with BF16
+  AlignedBuffer packed, mx_scales;
+  std::vector<uint8_t> mx_row_subnormal;
+  bool mx_any_subnormal = false;
+
   // Matmul primitives by (tokens, tile rows, FP32 tile?); creation is serialised, execution not.
   mutable std::mutex mutex;
   mutable std::map<std::tuple<int64_t, int64_t, bool>, CachedMatmul> primitives;
 
   const uint8_t* code_data() const { return reinterpret_cast<const uint8_t*>(codes.data()); }
   const float* scale_data() const { return reinterpret_cast<const float*>(scale_inv.data()); }
+  const uint8_t* packed_data() const { return reinterpret_cast<const uint8_t*>(packed.data()); }
+  const uint8_t* mx_scale_data() const {
+    return reinterpret_cast<const uint8_t*>(mx_scales.data());
+  }
+  // Output rows per MXFP4 tile so that one tile fits the workspace; 0 if not even one row does.
+  int64_t mxfp4_tile_rows() const;
 
   // The matmul for x [num_tokens, in] (bf16, or f32 when f32) · weights → y [num_tokens, n]
   // with row stride ldy. n == 0: the whole BF16 weight in weights_desc.
@@ -158,6 +187,10 @@ struct LinearWeight::Impl {
   void forward_fp8_gemv(const ExecContext& ctx, const float* x, int64_t num_tokens, float* y) const;
   void forward_fp8_tiles(const ExecContext& ctx, const float* x, int64_t num_tokens,
                          float* y) const;
+  void forward_mxfp4_gemv(const ExecContext& ctx, const float* x, int64_t num_tokens,
+                          float* y) const;
+  void forward_mxfp4_tiles(const ExecContext& ctx, const float* x, int64_t num_tokens,
+                           float* y) const;
 };
 
 namespace {
@@ -318,6 +351,72 @@ Result<LinearWeight> LinearWeight::from_fp8_block(const TensorView& codes,
   return result;
 }
 
+Result<LinearWeight> LinearWeight::from_mxfp4(const TensorView& weight_packed,
+                                              const TensorView& weight_scale) {
+  DZ_RETURN_IF_ERROR(check_matrix(weight_packed, "MXFP4 weight_packed"));
+  DZ_RETURN_IF_ERROR(check_matrix(weight_scale, "MXFP4 weight_scale"));
+  if (weight_packed.dtype() != DType::kU8)
+    return make_error(StatusCode::kUnsupported, "MXFP4 weight_packed: expected dtype U8, found {}",
+                      dtype_name(weight_packed.dtype()));
+  if (weight_scale.dtype() != DType::kU8 && weight_scale.dtype() != DType::kF8E8M0)
+    return make_error(StatusCode::kUnsupported,
+                      "MXFP4 weight_scale: expected dtype U8 or F8_E8M0, found {}",
+                      dtype_name(weight_scale.dtype()));
+  const int64_t out = weight_packed.dim(0), in = 2 * weight_packed.dim(1);
+  if (in % 32 != 0)
+    return make_error(StatusCode::kInvalidArgument,
+                      "MXFP4 weight_packed: expected [out, in/2] with in a multiple of 32, found "
+                      "shape {} (in = {})",
+                      weight_packed.shape().to_string(), in);
+  const Shape expected_scale_shape{out, in / 32};
+  if (!(weight_scale.shape() == expected_scale_shape))
+    return make_error(StatusCode::kInvalidArgument,
+                      "MXFP4 weight_scale: expected shape {} (one code per 32 inputs) for "
+                      "weight_packed {}, found {}",
+                      expected_scale_shape.to_string(), weight_packed.shape().to_string(),
+                      weight_scale.shape().to_string());
+
+  LinearWeight result;
+  Impl& impl = *result.impl_;
+  impl.out_features = out;
+  impl.in_features = in;
+  impl.mxfp4 = true;
+  const int64_t row_bytes = in / 2, num_blocks = in / 32;
+  impl.packed = AlignedBuffer(static_cast<size_t>(out * row_bytes));
+  impl.mx_scales = AlignedBuffer(static_cast<size_t>(out * num_blocks));
+  auto* packed = reinterpret_cast<uint8_t*>(impl.packed.data());
+  auto* scales = reinterpret_cast<uint8_t*>(impl.mx_scales.data());
+  for (int64_t i = 0; i < out; ++i) {
+    std::memcpy(packed + i * row_bytes,
+                weight_packed.data_as<const uint8_t>() + i * weight_packed.strides()[0],
+                static_cast<size_t>(row_bytes));
+    std::memcpy(scales + i * num_blocks,
+                weight_scale.data_as<const uint8_t>() + i * weight_scale.strides()[0],
+                static_cast<size_t>(num_blocks));
+  }
+  Status scale_status = formats::check_e8m0_scales(
+      std::span<const uint8_t>(scales, static_cast<size_t>(out * num_blocks)),
+      expected_scale_shape);
+  if (!scale_status.ok()) return std::move(scale_status).with_context("MXFP4 weight_scale");
+
+  impl.mx_row_subnormal.assign(static_cast<size_t>(out), 0);
+  int64_t num_low_blocks = 0;
+  for (int64_t i = 0; i < out; ++i)
+    for (int64_t b = 0; b < num_blocks; ++b) {
+      if (scales[i * num_blocks + b] >= 2) continue;
+      ++num_low_blocks;
+      const uint8_t* block = packed + i * row_bytes + b * 16;
+      for (int k = 0; k < 16; ++k)
+        if ((block[k] & 0x77) != 0) impl.mx_row_subnormal[static_cast<size_t>(i)] = 1;
+    }
+  for (uint8_t flag : impl.mx_row_subnormal) impl.mx_any_subnormal = impl.mx_any_subnormal || flag;
+  if (num_low_blocks > 0)
+    spdlog::debug("MXFP4 weight [{}, {}]: {} blocks with scale code 0 or 1", out, in,
+                  num_low_blocks);
+  impl.mxfp4_fast = cpu_features().avx512 && cpu_features().avx512_bf16;
+  return result;
+}
+
 LinearWeight LinearWeight::from_f32_as_bf16(const float* weight, int64_t out_features,
                                             int64_t in_features) {
   DZ_CHECK(out_features > 0 && in_features > 0, "empty linear weight [{}, {}]", out_features,
@@ -342,6 +441,22 @@ int64_t LinearWeight::in_features() const {
 bool LinearWeight::is_fp8_block() const {
   return impl_->fp8_block;
 }
+bool LinearWeight::is_mxfp4() const {
+  return impl_->mxfp4;
+}
+
+int64_t LinearWeight::stored_bytes() const {
+  const Impl& impl = *impl_;
+  size_t bytes = impl.bf16.size_bytes() + impl.codes.size_bytes() + impl.scale_inv.size_bytes() +
+                 impl.packed.size_bytes() + impl.mx_scales.size_bytes() +
+                 impl.mx_row_subnormal.size();
+  if (impl.weights_mem) bytes += impl.weights_desc.get_size();
+  return static_cast<int64_t>(bytes);
+}
+
+size_t LinearWeight::mxfp4_workspace_bytes_per_thread() {
+  return kMxfp4WorkspaceBytes;
+}
 
 void LinearWeight::forward(const ExecContext& ctx, const float* x, int64_t num_tokens,
                            float* y) const {
@@ -349,7 +464,15 @@ void LinearWeight::forward(const ExecContext& ctx, const float* x, int64_t num_t
   DZ_CHECK(impl.out_features > 0, "forward on an empty LinearWeight");
   if (num_tokens <= 0) return;
   OmpThreads threads(ctx.num_threads);
-  if (impl.fp8_block) {
+  if (impl.mxfp4) {
+    if (!impl.mxfp4_fast)
+      linear_mxfp4_ref(impl.packed_data(), impl.mx_scale_data(), impl.out_features,
+                       impl.in_features, x, num_tokens, y);
+    else if (num_tokens < kMxfp4GemmMinTokens || impl.mxfp4_tile_rows() == 0)
+      impl.forward_mxfp4_gemv(ctx, x, num_tokens, y);
+    else
+      impl.forward_mxfp4_tiles(ctx, x, num_tokens, y);
+  } else if (impl.fp8_block) {
     if (!impl.fp8_fast)
       linear_fp8_block_ref(impl.code_data(), impl.scale_data(), impl.block, x, num_tokens, y);
     else if (num_tokens < kFp8GemmMinTokens)
@@ -456,9 +579,83 @@ void LinearWeight::Impl::forward_fp8_tiles(const ExecContext& ctx, const float* 
   });
 }
 
+int64_t LinearWeight::Impl::mxfp4_tile_rows() const {
+  const size_t row_bytes =
+      static_cast<size_t>(in_features) * (mx_any_subnormal ? sizeof(float) : sizeof(uint16_t));
+  int64_t rows = std::min<int64_t>(
+      {static_cast<int64_t>(kMxfp4WorkspaceBytes / row_bytes), kMxfp4MaxTileRows, out_features});
+  if (rows >= 16) rows -= rows % 16;
+  return rows;
+}
+
+void LinearWeight::Impl::forward_mxfp4_gemv(const ExecContext& ctx, const float* x,
+                                            int64_t num_tokens, float* y) const {
+  const int64_t x_elems = detail::mxfp4_gemv_x_elems(in_features);
+  auto* x_packed = reinterpret_cast<uint16_t*>(
+      ensure(t_scratch.x_bf16, static_cast<size_t>(num_tokens * x_elems) * sizeof(uint16_t)));
+  for (int64_t t = 0; t < num_tokens; ++t)
+    detail::mxfp4_pack_x_avx512(x + t * in_features, in_features, x_packed + t * x_elems);
+  // One contiguous range of rows per thread (fewest DRAM streams), in multiples of the kernel's
+  // 4-row groups.
+  const int64_t threads = std::max(ctx.num_threads, 1);
+  const int64_t grain = std::max<int64_t>(4, ((out_features + threads - 1) / threads + 3) / 4 * 4);
+  parallel_for(ctx, out_features, grain, [&](int64_t row_begin, int64_t row_end) {
+    for (int64_t t = 0; t < num_tokens; t += detail::kMxfp4GemvMaxTokens) {
+      const int64_t count = std::min(detail::kMxfp4GemvMaxTokens, num_tokens - t);
+      detail::mxfp4_gemv_rows_avx512(packed_data(), mx_scale_data(), in_features,
+                                     x_packed + t * x_elems, count, y + t * out_features,
+                                     out_features, row_begin, row_end);
+    }
+  });
+}
+
+void LinearWeight::Impl::forward_mxfp4_tiles(const ExecContext& ctx, const float* x,
+                                             int64_t num_tokens, float* y) const {
+  const int64_t num_elems = num_tokens * in_features;
+  auto* x_bf16 = reinterpret_cast<uint16_t*>(
+      ensure(t_scratch.x_bf16, static_cast<size_t>(num_elems) * sizeof(uint16_t)));
+  float* x_f32 = nullptr;
+  if (mx_any_subnormal)
+    x_f32 = reinterpret_cast<float*>(
+        ensure(t_scratch.x_f32, static_cast<size_t>(num_elems) * sizeof(float)));
+  round_activations(ctx, x, num_elems, x_bf16, x_f32);
+  const int64_t tile_rows = mxfp4_tile_rows();
+  const int64_t num_row_tiles = (out_features + tile_rows - 1) / tile_rows;
+  const int64_t num_token_tiles = (num_tokens + kTileTokens - 1) / kTileTokens;
+  parallel_for(ctx, num_row_tiles * num_token_tiles, 1, [&](int64_t task_begin, int64_t task_end) {
+    std::byte* tile = ensure(t_scratch.mxfp4_tile, kMxfp4WorkspaceBytes);
+    for (int64_t task = task_begin; task < task_end; ++task) {
+      const int64_t row_begin = (task / num_token_tiles) * tile_rows;
+      const int64_t rows = std::min(tile_rows, out_features - row_begin);
+      const int64_t token_begin = (task % num_token_tiles) * kTileTokens;
+      const int64_t tokens = std::min(kTileTokens, num_tokens - token_begin);
+      bool f32 = false;
+      for (int64_t i = row_begin; i < row_begin + rows; ++i)
+        f32 = f32 || mx_row_subnormal[static_cast<size_t>(i)] != 0;
+      detail::mxfp4_dequantize_rows_avx512(packed_data(), mx_scale_data(), in_features, row_begin,
+                                           row_begin + rows,
+                                           f32 ? nullptr : reinterpret_cast<uint16_t*>(tile),
+                                           f32 ? reinterpret_cast<float*>(tile) : nullptr);
+      const void* src = f32 ? static_cast<const void*>(x_f32 + token_begin * in_features)
+                            : static_cast<const void*>(x_bf16 + token_begin * in_features);
+      const CachedMatmul* mm = matmul_for(tokens, rows, f32);
+      execute(*mm, memory::desc({tokens, in_features}, f32 ? Dt::f32 : Dt::bf16, Tag::ab), src,
+              tile_weights_desc(in_features, rows, f32), tile, dst_desc(tokens, rows, out_features),
+              y + token_begin * out_features + row_begin);
+    }
+  });
+}
+
 void LinearWeight::dequantize(float* out) const {
   const Impl& impl = *impl_;
   const int64_t num_elems = impl.out_features * impl.in_features;
+  if (impl.mxfp4) {
+    formats::dequantize_mxfp4_packed(
+        std::span<const uint8_t>(impl.packed_data(), static_cast<size_t>(num_elems / 2)),
+        std::span<const uint8_t>(impl.mx_scale_data(), static_cast<size_t>(num_elems / 32)),
+        impl.out_features, impl.in_features, std::span<float>(out, static_cast<size_t>(num_elems)));
+    return;
+  }
   if (impl.fp8_block) {
     formats::dequantize_fp8_block(
         std::span<const uint8_t>(impl.code_data(), static_cast<size_t>(num_elems)),

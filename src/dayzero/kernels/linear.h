@@ -3,6 +3,7 @@
 // layout its kernels want. Plain float weights run as BF16 GEMMs through oneDNN (activations are
 // BF16-valued, models.md §0); FP8 128×128 block-scaled weights (formats.md §3.3) are dequantized
 // per tile into a reused workspace for many-token GEMMs and read by a fused GEMV for few tokens.
+// MXFP4 weights (formats.md §3.4) stay packed (4.25 bits per weight) and take the same two paths.
 // Accumulation is FP32 everywhere.
 
 #include <cstdint>
@@ -22,6 +23,12 @@ class LinearWeight {
   // multiplier despite its name. Refuses NaN codes, naming the first offending index.
   static Result<LinearWeight> from_fp8_block(const TensorView& codes, const TensorView& scale_inv,
                                              int64_t block_rows, int64_t block_cols);
+  // compressed-tensors MXFP4: weight_packed U8 [out, in/2] (element 2b of a row in the low nibble
+  // of byte b, 2b + 1 in the high one; E2M1 with the sign in bit 3), weight_scale U8 or F8_E8M0
+  // [out, in/32]: W[i, j] = e2m1 · 2^(scale − 127). in % 32 == 0. Refuses scale code 0xFF (NaN),
+  // naming the first offending index.
+  static Result<LinearWeight> from_mxfp4(const TensorView& weight_packed,
+                                         const TensorView& weight_scale);
   // From FP32 values [out, in] (tests, absorbed-weight products): stored as BF16 (rounded, RNE).
   static LinearWeight from_f32_as_bf16(const float* weight, int64_t out_features,
                                        int64_t in_features);
@@ -34,6 +41,12 @@ class LinearWeight {
   int64_t out_features() const;
   int64_t in_features() const;
   bool is_fp8_block() const;
+  bool is_mxfp4() const;
+  // Bytes of memory the weight holds (codes, scales, repacked copies), whatever its format.
+  int64_t stored_bytes() const;
+  // The per-thread tile buffer many-token MXFP4 forwards dequantize into (fixed, allocated once
+  // per thread on first use).
+  static size_t mxfp4_workspace_bytes_per_thread();
 
   // y [num_tokens, out] = x [num_tokens, in] · Wᵀ. x holds BF16-valued floats; y is FP32 (not
   // rounded: the caller rounds where the model stores BF16).

@@ -38,4 +38,36 @@ void fp8_dequantize_rows_f32_avx512(const uint8_t* codes, const float* scale_inv
                                     const formats::Fp8BlockShape& shape, int64_t row_begin,
                                     int64_t row_end, float* out);
 
+// MXFP4 (formats.md §3.4): packed [out, in/2] E2M1 nibbles (element 2b in the low nibble of byte
+// b), scales [out, in/32] E8M0 codes (never 0xFF: the loader refuses them), in % 32 == 0. Kernels
+// in linear_mxfp4_avx512.cpp (AVX-512 BW + BF16).
+
+// Most tokens one GEMV pass keeps in registers.
+inline constexpr int64_t kMxfp4GemvMaxTokens = 8;
+
+// The GEMV's activation layout: per 64 elements (two blocks), the BF16 codes of the 32
+// even-indexed elements, then of the 32 odd-indexed ones; a lone last block is zero-padded to 64.
+// One token takes mxfp4_gemv_x_elems(in) codes (64-byte aligned when the buffer is).
+inline int64_t mxfp4_gemv_x_elems(int64_t in) {
+  return (in + 63) / 64 * 64;
+}
+// out [mxfp4_gemv_x_elems(in)] = x [in] rounded to BF16 (RNE) in that layout.
+void mxfp4_pack_x_avx512(const float* x, int64_t in, uint16_t* out);
+
+// y[t · y_stride + i] = Σ_j bf16(x)[t, j] · W[i, j] for rows i in [row_begin, row_end), x in the
+// layout above (tokens mxfp4_gemv_x_elems(in) apart, 64-byte aligned). Per block: VDPBF16PS
+// products (exact; pairs added with separate roundings) then × 2^(E−127) in FP32, FMA into an FP32
+// total. num_tokens <= kMxfp4GemvMaxTokens.
+void mxfp4_gemv_rows_avx512(const uint8_t* packed, const uint8_t* scales, int64_t in,
+                            const uint16_t* x, int64_t num_tokens, float* y, int64_t y_stride,
+                            int64_t row_begin, int64_t row_end);
+
+// Rows [row_begin, row_end) of W dequantized into [row_end − row_begin, in] row-major, as BF16
+// codes (out_bf16) or FP32 (out_f32; exactly one is non-null). Both are exact: every value
+// E2M1 · 2^(E−127) has two significant bits (BF16 subnormals for codes 0 and 1, which BF16 GEMMs
+// may flush: the caller uses FP32 tiles for rows that have them).
+void mxfp4_dequantize_rows_avx512(const uint8_t* packed, const uint8_t* scales, int64_t in,
+                                  int64_t row_begin, int64_t row_end, uint16_t* out_bf16,
+                                  float* out_f32);
+
 }  // namespace dz::kernels::detail

@@ -45,4 +45,22 @@ void linear_fp8_block_ref(const uint8_t* codes, const float* scale_inv,
   }
 }
 
+void linear_mxfp4_ref(const uint8_t* packed, const uint8_t* scales, int64_t out_features,
+                      int64_t in_features, const float* x, int64_t num_tokens, float* y) {
+  const int64_t row_bytes = in_features / 2, num_blocks = in_features / 32;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const std::vector<float> xt = rounded_row(x + t * in_features, in_features);
+    for (int64_t i = 0; i < out_features; ++i) {
+      const uint8_t* w = packed + i * row_bytes;
+      const uint8_t* s = scales + i * num_blocks;
+      float acc = 0.0f;
+      for (int64_t j = 0; j < in_features; ++j) {
+        const auto nibble = static_cast<uint8_t>(j % 2 == 0 ? w[j / 2] & 0xF : w[j / 2] >> 4);
+        acc += xt[j] * (formats::decode_e2m1(nibble) * formats::decode_e8m0(s[j / 32]));
+      }
+      y[t * out_features + i] = acc;
+    }
+  }
+}
+
 }  // namespace dz::kernels

@@ -19,4 +19,9 @@ void linear_fp8_block_ref(const uint8_t* codes, const float* scale_inv,
                           const formats::Fp8BlockShape& shape, const float* x, int64_t num_tokens,
                           float* y);
 
+// The same with W[i, j] = decode_e2m1(nibble j of row i) · 2^(scales[i, j / 32] − 127): packed
+// [out, in/2] (element 2b in the low nibble of byte b), scales [out, in/32] E8M0, in % 32 == 0.
+void linear_mxfp4_ref(const uint8_t* packed, const uint8_t* scales, int64_t out_features,
+                      int64_t in_features, const float* x, int64_t num_tokens, float* y);
+
 }  // namespace dz::kernels
