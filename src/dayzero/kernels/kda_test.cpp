@@ -1,0 +1,262 @@
+// KDA kernels against the double-precision recurrence (models.md §4.8). Every comparison is a
+// relative RMS ‖out − ref‖ / ‖ref‖ (never elementwise relative, ill-defined near zero) with the
+// FP32-kernel bound of models.md §8.1, 1e-5: FP32 rounding over ≤ 200 tokens of a contracting
+// recurrence stays near 1e-6, and a layout, alignment or decay bug gives O(1).
+#include "dayzero/kernels/kda.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+namespace dz::kernels {
+namespace {
+
+constexpr double kTol = 1e-5;
+
+enum class Gate { kModerate, kUnboundedExtreme, kBoundedExtreme };
+
+struct Inputs {
+  KdaDims dims;
+  int64_t num_tokens = 0;
+  std::vector<float> q, k, v, g, beta, state;
+};
+
+void l2_normalize(float* x, int64_t d) {
+  double ss = 0;
+  for (int64_t i = 0; i < d; ++i) ss += double{x[i]} * x[i];
+  const auto inv = static_cast<float>(1.0 / std::sqrt(ss + 1e-6));
+  for (int64_t i = 0; i < d; ++i) x[i] *= inv;
+}
+
+float softplus(float f) {
+  return f > 20 ? f : std::log1p(std::exp(f));
+}
+float sigmoid(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
+
+// Fresh random inputs; the gate forms follow models.md §4.2 with the extremes of §4.8.
+Inputs make_inputs(KdaDims dims, int64_t num_tokens, Gate gate, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  Inputs in;
+  in.dims = dims;
+  in.num_tokens = num_tokens;
+  const int64_t H = dims.num_heads, d = dims.head_dim, n = num_tokens * H * d;
+  for (auto* x : {&in.q, &in.k, &in.v, &in.g}) x->resize(static_cast<size_t>(n));
+  for (auto& x : in.q) x = normal(rng);
+  for (auto& x : in.k) x = normal(rng);
+  for (auto& x : in.v) x = normal(rng);
+  for (int64_t r = 0; r < num_tokens * H; ++r) {
+    l2_normalize(in.q.data() + r * d, d);
+    l2_normalize(in.k.data() + r * d, d);
+  }
+  std::vector<float> a_log(static_cast<size_t>(H));
+  for (auto& a : a_log) {
+    a = gate == Gate::kModerate ? -2.0f + uniform(rng)
+                                : std::log(16.0f) * (0.5f + 0.5f * uniform(rng));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::exp(a_log[static_cast<size_t>((i / d) % H)]);
+    switch (gate) {
+      case Gate::kModerate:  // α mostly in (0.7, 1): the state carries across chunks
+        in.g[i] = -a * softplus(normal(rng) - 1.0f);
+        break;
+      case Gate::kUnboundedExtreme:  // f of ±30 and A_log up to ln 16: g down to ≈ −480
+        in.g[i] = -a * softplus(60.0f * uniform(rng) - 30.0f);
+        break;
+      case Gate::kBoundedExtreme:  // lb = −5, σ near 1: g near −5 on every token
+        in.g[i] = -5.0f * sigmoid(a * (2.0f + 28.0f * uniform(rng)));
+        break;
+    }
+  }
+  in.beta.resize(static_cast<size_t>(num_tokens * H));
+  for (auto& b : in.beta) b = sigmoid(normal(rng));
+  in.state.resize(static_cast<size_t>(H * d * d));
+  for (auto& s : in.state) s = 0.5f * normal(rng);  // a nonzero initial state
+  return in;
+}
+
+double rel_rms(const std::vector<float>& out, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(out[i])) << "index " << i;
+    num += (double{out[i]} - ref[i]) * (double{out[i]} - ref[i]);
+    den += double{ref[i]} * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+struct Result {
+  std::vector<float> out, state;
+};
+
+Result run_ref(const Inputs& in) {
+  Result r{std::vector<float>(in.q.size()), in.state};
+  kda_recurrent_ref(in.dims, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                    in.num_tokens, r.state.data(), r.out.data());
+  return r;
+}
+
+// Tokens [t0, t0 + n) of `in` through the chunked kernel into r (state carried in r.state).
+void run_chunked_part(const ExecContext& ctx, const Inputs& in, int64_t t0, int64_t n,
+                      int64_t pos_begin, int64_t chunk, Result& r, bool plain = false) {
+  const int64_t hd = in.dims.num_heads * in.dims.head_dim;
+  Arena arena(kda_chunked_scratch_bytes(ctx, in.dims, chunk));  // exactly the promised size
+  auto fn = plain ? kda_chunked_plain : kda_chunked;
+  fn(ctx, in.dims, in.q.data() + t0 * hd, in.k.data() + t0 * hd, in.v.data() + t0 * hd,
+     in.g.data() + t0 * hd, in.beta.data() + t0 * in.dims.num_heads, n, pos_begin, chunk,
+     r.state.data(), r.out.data() + t0 * hd, arena);
+}
+
+Result run_chunked(const ExecContext& ctx, const Inputs& in, int64_t pos_begin, int64_t chunk,
+                   bool plain = false) {
+  Result r{std::vector<float>(in.q.size()), in.state};
+  run_chunked_part(ctx, in, 0, in.num_tokens, pos_begin, chunk, r, plain);
+  return r;
+}
+
+void expect_close(const Result& got, const Result& ref, const std::string& what) {
+  EXPECT_LT(rel_rms(got.out, ref.out), kTol) << what << " (outputs)";
+  EXPECT_LT(rel_rms(got.state, ref.state), kTol) << what << " (final state)";
+}
+
+TEST(KdaTest, RecurrentMatchesRef) {
+  for (int64_t d : {16, 64, 128}) {
+    const Inputs in = make_inputs({3, d}, 37, Gate::kModerate, 1);
+    const Result ref = run_ref(in);
+    for (bool plain : {false, true}) {
+      Result r{std::vector<float>(in.q.size()), in.state};
+      auto fn = plain ? kda_recurrent_plain : kda_recurrent;
+      fn(ExecContext{2}, in.dims, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
+         in.beta.data(), in.num_tokens, r.state.data(), r.out.data());
+      expect_close(r, ref, "d " + std::to_string(d) + (plain ? " plain" : " dispatch"));
+    }
+  }
+}
+
+TEST(KdaTest, ChunkedMatchesRefAtEdgeLengths) {
+  for (int64_t chunk : {16, 64}) {
+    for (int64_t len : {int64_t{1}, chunk - 1, chunk, chunk + 1, 3 * chunk + 5}) {
+      for (int64_t d : {32, 128}) {
+        const Inputs in = make_inputs({3, d}, len, Gate::kModerate, static_cast<uint32_t>(len));
+        const Result ref = run_ref(in);
+        const std::string what =
+            "C " + std::to_string(chunk) + " T " + std::to_string(len) + " d " + std::to_string(d);
+        expect_close(run_chunked(ExecContext{2}, in, 0, chunk), ref, what);
+        expect_close(run_chunked(ExecContext{1}, in, 0, chunk, true), ref, what + " plain");
+      }
+    }
+  }
+}
+
+// Chunk boundaries at every offset: the first chunk has C − pos_begin % C rows.
+TEST(KdaTest, ChunkedMatchesRefForEveryStartOffset) {
+  for (int64_t chunk : {16, 64}) {
+    const Inputs in = make_inputs({2, 64}, 2 * chunk + 3, Gate::kModerate, 7);
+    const Result ref = run_ref(in);
+    for (int64_t pos = 0; pos < chunk; ++pos) {
+      expect_close(run_chunked(ExecContext{2}, in, 1000 * chunk + pos, chunk), ref,
+                   "C " + std::to_string(chunk) + " pos_begin % C " + std::to_string(pos));
+    }
+  }
+}
+
+TEST(KdaTest, SplitCallsEqualOneCall) {
+  for (int64_t chunk : {16, 64}) {
+    const Inputs in = make_inputs({3, 128}, 3 * chunk + 5, Gate::kModerate, 11);
+    const Result ref = run_ref(in);
+    const Result whole = run_chunked(ExecContext{2}, in, 0, chunk);
+    Result split{std::vector<float>(in.q.size()), in.state};
+    int64_t t0 = 0;
+    for (int64_t piece : {int64_t{5}, chunk + 2, int64_t{1}, chunk - 3}) {
+      run_chunked_part(ExecContext{2}, in, t0, piece, t0, chunk, split);
+      t0 += piece;
+    }
+    run_chunked_part(ExecContext{2}, in, t0, in.num_tokens - t0, t0, chunk, split);
+    const std::string what = "C " + std::to_string(chunk);
+    expect_close(split, whole, what + " split vs one call");
+    expect_close(split, ref, what + " split vs ref");
+  }
+}
+
+// The layout contract end to end: a state written by chunked prefill is continued by decode.
+TEST(KdaTest, PrefillThenDecodeEqualsRecurrence) {
+  for (int64_t chunk : {16, 64}) {
+    const Inputs in = make_inputs({3, 128}, 2 * chunk + 9, Gate::kModerate, 13);
+    const Result ref = run_ref(in);
+    const int64_t decode_steps = 6, prefill = in.num_tokens - decode_steps;
+    const int64_t hd = 3 * 128;
+    Result r{std::vector<float>(in.q.size()), in.state};
+    run_chunked_part(ExecContext{2}, in, 0, prefill, 0, chunk, r);
+    for (int64_t t = prefill; t < in.num_tokens; ++t) {
+      kda_recurrent(ExecContext{2}, in.dims, in.q.data() + t * hd, in.k.data() + t * hd,
+                    in.v.data() + t * hd, in.g.data() + t * hd, in.beta.data() + t * 3, 1,
+                    r.state.data(), r.out.data() + t * hd);
+    }
+    expect_close(r, ref, "C " + std::to_string(chunk));
+  }
+}
+
+TEST(KdaTest, ExtremeGatesStayFiniteAndAccurate) {
+  for (Gate gate : {Gate::kUnboundedExtreme, Gate::kBoundedExtreme}) {
+    for (int64_t chunk : {16, 64}) {
+      const Inputs in = make_inputs({2, 128}, 3 * chunk + 5, gate, 17);
+      const Result ref = run_ref(in);
+      const std::string what =
+          std::string(gate == Gate::kBoundedExtreme ? "bounded" : "unbounded") + " C " +
+          std::to_string(chunk);
+      expect_close(run_chunked(ExecContext{2}, in, 3, chunk), ref, what);
+      expect_close(run_chunked(ExecContext{1}, in, 3, chunk, true), ref, what + " plain");
+      Result r{std::vector<float>(in.q.size()), in.state};
+      kda_recurrent(ExecContext{2}, in.dims, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
+                    in.beta.data(), in.num_tokens, r.state.data(), r.out.data());
+      expect_close(r, ref, what + " recurrent");
+    }
+  }
+}
+
+// One head, d = 2, one token with g = 0, β = 1, k = e0, q = e1, computed by hand. With the state
+// V-first (S[v][k] at v·d + k): the prediction S'ᵀk is (S[0][0], S[1][0]) = (1, 3), u = v − (1, 3),
+// the new state replaces the k = 0 column by v, and o = sc · (S[0][1], S[1][1]) = sc · (2, 4). A
+// kernel that read the state K-first would predict (1, 2) and output sc · (3, 4).
+TEST(KdaTest, StateIsVFirstByHand) {
+  const KdaDims dims{1, 2};
+  const float q[2] = {0, 1}, k[2] = {1, 0}, v[2] = {10, 20}, g[2] = {0, 0}, beta[1] = {1};
+  const float sc = 1.0f / std::sqrt(2.0f);
+  const std::vector<float> expected_out = {2 * sc, 4 * sc}, expected_state = {10, 2, 20, 4};
+  for (int variant = 0; variant < 3; ++variant) {
+    std::vector<float> state = {1, 2, 3, 4}, out(2);
+    Arena arena(kda_chunked_scratch_bytes(ExecContext{1}, dims, 16));
+    if (variant == 0) kda_recurrent_ref(dims, q, k, v, g, beta, 1, state.data(), out.data());
+    if (variant == 1)
+      kda_recurrent(ExecContext{1}, dims, q, k, v, g, beta, 1, state.data(), out.data());
+    if (variant == 2) {
+      kda_chunked(ExecContext{1}, dims, q, k, v, g, beta, 1, 5, 16, state.data(), out.data(),
+                  arena);
+    }
+    for (int i = 0; i < 2; ++i) EXPECT_NEAR(out[i], expected_out[i], 1e-6) << "variant " << variant;
+    for (int i = 0; i < 4; ++i)
+      EXPECT_NEAR(state[i], expected_state[i], 1e-6) << "variant " << variant;
+  }
+}
+
+TEST(KdaTest, ZeroTokensLeaveStateAlone) {
+  const Inputs in = make_inputs({2, 64}, 1, Gate::kModerate, 19);
+  Result r{std::vector<float>(in.q.size()), in.state};
+  run_chunked_part(ExecContext{2}, in, 0, 0, 0, 16, r);
+  EXPECT_EQ(r.state, in.state);
+}
+
+TEST(KdaDeathTest, RejectsBadChunkSize) {
+  const Inputs in = make_inputs({1, 16}, 2, Gate::kModerate, 23);
+  Result r{std::vector<float>(in.q.size()), in.state};
+  EXPECT_DEATH(run_chunked_part(ExecContext{1}, in, 0, 2, 0, 65, r),
+               "KDA chunk_size 65 not in \\[1, 64\\]");
+}
+
+}  // namespace
+}  // namespace dz::kernels
