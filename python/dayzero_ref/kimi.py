@@ -108,8 +108,14 @@ def _kda_chunk(q, k, v, g, beta, s0, scale):
     n = q.shape[0]
     gamma = torch.cumsum(g, dim=0)                                # Γ_r [n, H, d_k]
     lower = torch.ones(n, n, dtype=torch.bool).tril()             # c ≤ r
-    diff = gamma[:, None] - gamma[None, :]                        # Γ_r − Γ_c [r, c, H, d_k]
-    decay = torch.exp(diff.masked_fill(~lower[:, :, None, None], -math.inf))  # pairwise, ≤ 1
+    # Γ_r − Γ_c as the sum of g over (c, r] rather than a difference of cumulative sums: with the
+    # unbounded gate a channel can hold g ≈ −500 once and small values after it, and the
+    # difference of two sums near −500 would lose ~500·2^−24 on a factor that survives.
+    diff = torch.full((n, n) + g.shape[1:], -math.inf, dtype=g.dtype)  # [r, c, H, d_k]
+    for c in range(n):
+        diff[c, c] = 0.0
+        diff[c + 1:, c] = torch.cumsum(g[c + 1:], dim=0)
+    decay = torch.exp(diff)                                       # D(r, c), pairwise, ≤ 1
     kk = torch.einsum("rhd,chd,rchd->hrc", k, k, decay)           # Σ_d k_r k_c D(r,c)
     strict = torch.ones(n, n, dtype=torch.bool).tril(-1)
     ell = (beta.t()[:, :, None] * kk).masked_fill(~strict[None], 0.0)       # L [H, r, c]
@@ -122,7 +128,7 @@ def _kda_chunk(q, k, v, g, beta, s0, scale):
     o = (torch.einsum("hvk,rhk->rhv", s0, scale * eg * q)
          + torch.einsum("hrc,chv->rhv", attn, vn))
     last = gamma[-1]                                              # Γ_C' [H, d_k]
-    tail = torch.exp(last[None] - gamma) * k                      # exp(Γ_C' − Γ_c) ⊙ k_c
+    tail = decay[-1] * k                                          # exp(Γ_C' − Γ_c) ⊙ k_c
     s_next = s0 * torch.exp(last)[:, None, :] + torch.einsum("chv,chk->hvk", vn, tail)
     return o, s_next
 
