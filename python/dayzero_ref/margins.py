@@ -216,9 +216,6 @@ def main(argv=None):
     return 0 if ok else 1
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
 
 # ---------------------------------------------------------------- prompt search
 
@@ -307,3 +304,7 @@ def _main_kimi(args, parser):
         ok &= report["passed"]
         print(format_report(f"length {length:3d} kv bf16", report))
     return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
