@@ -155,14 +155,17 @@ void chunk_plain(const KdaDims& dims, const float* q, const float* k, const floa
 }  // namespace
 
 bool kda_avx512_available(const KdaDims& dims) {
-  (void)dims;
-  return false;  // the AVX-512 variants are not in yet
+  return cpu_features().avx512 && (dims.head_dim == 64 || dims.head_dim == 128);
 }
 
 void kda_recurrent(const ExecContext& ctx, const KdaDims& dims, const float* q, const float* k,
                    const float* v, const float* g, const float* beta, int64_t num_tokens,
                    float* state, float* out) {
-  kda_recurrent_plain(ctx, dims, q, k, v, g, beta, num_tokens, state, out);
+  if (kda_avx512_available(dims)) {
+    kda_detail::kda_recurrent_avx512(ctx, dims, q, k, v, g, beta, num_tokens, state, out);
+  } else {
+    kda_recurrent_plain(ctx, dims, q, k, v, g, beta, num_tokens, state, out);
+  }
 }
 
 void kda_recurrent_plain(const ExecContext& ctx, const KdaDims& dims, const float* q,
@@ -211,8 +214,13 @@ size_t kda_chunked_scratch_bytes(const ExecContext& ctx, const KdaDims& dims, in
 void kda_chunked(const ExecContext& ctx, const KdaDims& dims, const float* q, const float* k,
                  const float* v, const float* g, const float* beta, int64_t num_tokens,
                  int64_t pos_begin, int64_t chunk_size, float* state, float* out, Arena& scratch) {
-  kda_chunked_plain(ctx, dims, q, k, v, g, beta, num_tokens, pos_begin, chunk_size, state, out,
-                    scratch);
+  if (kda_avx512_available(dims)) {
+    kda_detail::kda_chunked_avx512(ctx, dims, q, k, v, g, beta, num_tokens, pos_begin, chunk_size,
+                                   state, out, scratch);
+  } else {
+    kda_chunked_plain(ctx, dims, q, k, v, g, beta, num_tokens, pos_begin, chunk_size, state, out,
+                      scratch);
+  }
 }
 
 void kda_chunked_plain(const ExecContext& ctx, const KdaDims& dims, const float* q, const float* k,
