@@ -87,6 +87,8 @@ MoeConfig deepseek_v32_moe_config(const DeepseekV32Config& c) {
       .norm_topk_prob = c.norm_topk_prob,
       .routed_scaling_factor = static_cast<float>(c.routed_scaling_factor),
       .renorm_epsilon = 0.0f,
+      .activation = MlpActivation{},  // SwiGLU
+      .latent_norm_eps = 0.0f,        // no latent MoE
   };
 }
 
@@ -299,7 +301,7 @@ void DeepseekV32Model::ensure_scratch(const ExecContext& ctx, const ForwardBatch
   auto consider = [&](const Layer& layer) {
     bytes = std::max(bytes, layer.mla->scratch_bytes(ctx, T, K));
     if (layer.moe != nullptr) bytes = std::max(bytes, layer.moe->scratch_bytes(T));
-    if (layer.dense_mlp) bytes = std::max(bytes, swiglu_mlp_scratch_bytes(*layer.dense_mlp, T));
+    if (layer.dense_mlp) bytes = std::max(bytes, gated_mlp_scratch_bytes(*layer.dense_mlp, T));
   };
   for (const auto& layer : layers_) consider(*layer);
   if (mtp_ != nullptr) consider(*mtp_->layer);
@@ -363,7 +365,8 @@ void DeepseekV32Model::run_layer(const ExecContext& ctx, const Layer& layer, int
   if (layer.moe != nullptr)
     layer.moe->forward(ctx, normed.data(), T, delta.data(), *scratch_, taps, layer_id);
   else
-    swiglu_mlp_forward(ctx, *layer.dense_mlp, normed.data(), T, delta.data(), *scratch_);
+    gated_mlp_forward(ctx, *layer.dense_mlp, MlpActivation{}, normed.data(), T, delta.data(),
+                      *scratch_);
   kernels::round_to_bf16(delta.data(), T * d);
   tap(taps, layer_id, "ffn_out", delta.data(), {T, d});
   add_residual(x, delta.data(), T * d);

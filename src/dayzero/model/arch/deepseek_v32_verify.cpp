@@ -248,7 +248,8 @@ Status operator_rows(const ExecContext& ctx, DeepseekV32Model& model,
       forced.weights = ref_w->data;
       blocks.moe->forward(ctx, ffn_norm->data.data(), T, out.data(), scratch, nullptr, l, &forced);
     } else {
-      swiglu_mlp_forward(ctx, *blocks.dense_mlp, ffn_norm->data.data(), T, out.data(), scratch);
+      gated_mlp_forward(ctx, *blocks.dense_mlp, MlpActivation{}, ffn_norm->data.data(), T,
+                        out.data(), scratch);
       kernels::round_to_bf16(out.data(), T * d);
     }
     rows.push_back(below("operator", l, "ffn_out", "rel_rms",

@@ -22,22 +22,46 @@ size_t floats_bytes(int64_t num_elems) {
   return (static_cast<size_t>(num_elems) * sizeof(float) + 63) / 64 * 64;
 }
 
-// swiglu_mlp_forward with caller-provided gate/up buffers [num_tokens, inter].
-void swiglu_into(const ExecContext& ctx, const MlpWeights& weights, const float* x,
-                 int64_t num_tokens, float* out, float* gate, float* up) {
+inline float silu_times(float g, float u) {
+  return g / (1.0f + std::exp(-g)) * u;
+}
+
+// β·tanh(g/β)·σ(g) · u'; tanh saturates to ±1 and σ to 0 or 1 without overflow: exp(−g) = inf
+// gives σ = 0 exactly.
+inline float situ_times(float g, float u, float beta, float linear_beta) {
+  const float a = beta * std::tanh(g / beta) * (1.0f / (1.0f + std::exp(-g)));
+  const float u_lin = linear_beta != 0.0f ? linear_beta * std::tanh(u / linear_beta) : u;
+  return a * u_lin;
+}
+
+// gated_mlp_forward with caller-provided gate/up buffers [num_tokens, inter].
+void gated_into(const ExecContext& ctx, const MlpWeights& weights, const MlpActivation& activation,
+                const float* x, int64_t num_tokens, float* out, float* gate, float* up) {
   const int64_t inter = weights.gate_proj.out_features();
   const int64_t num_elems = num_tokens * inter;
   weights.gate_proj.forward(ctx, x, num_tokens, gate);
   weights.up_proj.forward(ctx, x, num_tokens, up);
+  const bool situ = activation.kind == MlpActivation::Kind::kSitu;
+  const float beta = activation.situ_beta, linear_beta = activation.situ_linear_beta;
   parallel_for(ctx, num_elems, int64_t{1} << 14, [&](int64_t begin, int64_t end) {
-    for (int64_t e = begin; e < end; ++e) {
-      const float g = formats::round_to_bf16(gate[e]);
-      const float u = formats::round_to_bf16(up[e]);
-      const float silu = g / (1.0f + std::exp(-g));
-      gate[e] = formats::round_to_bf16(silu * u);
+    if (situ) {
+      for (int64_t e = begin; e < end; ++e)
+        gate[e] = formats::round_to_bf16(situ_times(
+            formats::round_to_bf16(gate[e]), formats::round_to_bf16(up[e]), beta, linear_beta));
+    } else {
+      for (int64_t e = begin; e < end; ++e)
+        gate[e] = formats::round_to_bf16(
+            silu_times(formats::round_to_bf16(gate[e]), formats::round_to_bf16(up[e])));
     }
   });
   weights.down_proj.forward(ctx, gate, num_tokens, out);
+}
+
+void check_activation(const MlpActivation& activation) {
+  DZ_CHECK(activation.kind == MlpActivation::Kind::kSilu ||
+               (activation.situ_beta > 0.0f && activation.situ_linear_beta >= 0.0f),
+           "SiTU needs β > 0 and β_lin ≥ 0, got {} and {}", activation.situ_beta,
+           activation.situ_linear_beta);
 }
 
 // Indices [0, n) ordered by value descending, ties to the lower index; only the first k sorted.
@@ -112,15 +136,24 @@ void check_config(const MoeConfig& config) {
 
 }  // namespace
 
-void swiglu_mlp_forward(const ExecContext& ctx, const MlpWeights& weights, const float* x,
-                        int64_t num_tokens, float* out, Arena& scratch) {
+float gated_activation(const MlpActivation& activation, float gate, float up) {
+  check_activation(activation);
+  return activation.kind == MlpActivation::Kind::kSitu
+             ? situ_times(gate, up, activation.situ_beta, activation.situ_linear_beta)
+             : silu_times(gate, up);
+}
+
+void gated_mlp_forward(const ExecContext& ctx, const MlpWeights& weights,
+                       const MlpActivation& activation, const float* x, int64_t num_tokens,
+                       float* out, Arena& scratch) {
+  check_activation(activation);
   const int64_t inter = weights.gate_proj.out_features();
   float* gate = take_floats(scratch, num_tokens * inter);
   float* up = take_floats(scratch, num_tokens * inter);
-  swiglu_into(ctx, weights, x, num_tokens, out, gate, up);
+  gated_into(ctx, weights, activation, x, num_tokens, out, gate, up);
 }
 
-size_t swiglu_mlp_scratch_bytes(const MlpWeights& weights, int64_t max_tokens) {
+size_t gated_mlp_scratch_bytes(const MlpWeights& weights, int64_t max_tokens) {
   return 2 * floats_bytes(max_tokens * weights.gate_proj.out_features());
 }
 
@@ -151,10 +184,28 @@ void route_grouped_sigmoid(const ExecContext& ctx, const MoeConfig& config,
 MoeBlock::MoeBlock(MoeConfig config, MoeWeights weights)
     : config_(config), weights_(std::move(weights)) {
   check_config(config_);
+  check_activation(config_.activation);
   DZ_CHECK(static_cast<int64_t>(weights_.experts.size()) == config_.num_experts,
            "MoE: {} expert weight sets for {} experts", weights_.experts.size(),
            config_.num_experts);
-  hidden_size_ = weights_.experts[0].gate_proj.in_features();
+  DZ_CHECK(weights_.latent_down_proj.has_value() == weights_.latent_up_proj.has_value(),
+           "latent MoE needs both latent projections");
+  expert_width_ = weights_.experts[0].gate_proj.in_features();
+  hidden_size_ = expert_width_;
+  if (weights_.latent_down_proj) {
+    hidden_size_ = weights_.latent_down_proj->in_features();
+    DZ_CHECK(weights_.latent_down_proj->out_features() == expert_width_ &&
+                 weights_.latent_up_proj->in_features() == expert_width_ &&
+                 weights_.latent_up_proj->out_features() == hidden_size_,
+             "latent MoE: down [{}, {}], up [{}, {}] for experts of width {}",
+             weights_.latent_down_proj->out_features(), weights_.latent_down_proj->in_features(),
+             weights_.latent_up_proj->out_features(), weights_.latent_up_proj->in_features(),
+             expert_width_);
+    DZ_CHECK(weights_.latent_norm.empty() ||
+                 static_cast<int64_t>(weights_.latent_norm.size()) == expert_width_,
+             "latent MoE: norm of {} values for width {}", weights_.latent_norm.size(),
+             expert_width_);
+  }
   DZ_CHECK(static_cast<int64_t>(weights_.gate_weight.size()) == config_.num_experts * hidden_size_,
            "MoE router: {} values for [{}, {}]", weights_.gate_weight.size(), config_.num_experts,
            hidden_size_);
@@ -162,17 +213,16 @@ MoeBlock::MoeBlock(MoeConfig config, MoeWeights weights)
                static_cast<int64_t>(weights_.e_score_correction_bias.size()) == config_.num_experts,
            "MoE: {} correction biases for {} experts", weights_.e_score_correction_bias.size(),
            config_.num_experts);
-  const auto check_mlp = [this](const MlpWeights& mlp) {
+  const auto check_mlp = [this](const MlpWeights& mlp, int64_t width) {
     const int64_t inter = mlp.gate_proj.out_features();
-    DZ_CHECK(mlp.gate_proj.in_features() == hidden_size_ &&
-                 mlp.up_proj.in_features() == hidden_size_ && mlp.up_proj.out_features() == inter &&
-                 mlp.down_proj.in_features() == inter &&
-                 mlp.down_proj.out_features() == hidden_size_,
-             "MoE expert shapes do not match hidden size {}", hidden_size_);
+    DZ_CHECK(mlp.gate_proj.in_features() == width && mlp.up_proj.in_features() == width &&
+                 mlp.up_proj.out_features() == inter && mlp.down_proj.in_features() == inter &&
+                 mlp.down_proj.out_features() == width,
+             "MoE expert shapes do not match width {}", width);
     max_intermediate_ = std::max(max_intermediate_, inter);
   };
-  for (const MlpWeights& mlp : weights_.experts) check_mlp(mlp);
-  for (const MlpWeights& mlp : weights_.shared_experts) check_mlp(mlp);
+  for (const MlpWeights& mlp : weights_.experts) check_mlp(mlp, expert_width_);
+  for (const MlpWeights& mlp : weights_.shared_experts) check_mlp(mlp, hidden_size_);
   router_is_bf16_ = std::all_of(weights_.gate_weight.begin(), weights_.gate_weight.end(),
                                 [](float v) { return formats::round_to_bf16(v) == v; });
   if (router_is_bf16_)
@@ -181,18 +231,22 @@ MoeBlock::MoeBlock(MoeConfig config, MoeWeights weights)
 }
 
 size_t MoeBlock::scratch_bytes(int64_t max_tokens) const {
-  // logits, gathered x, expert output, FP32 sum, gate and up.
-  return floats_bytes(max_tokens * config_.num_experts) +
-         3 * floats_bytes(max_tokens * hidden_size_) +
-         2 * floats_bytes(max_tokens * max_intermediate_);
+  const int64_t d = hidden_size_, r = expert_width_;
+  // logits, FP32 sum [T, d], gathered rows [T, r], expert output [T, max(d, r)], gate and up;
+  // latent: z and the routed sum [T, r] as well.
+  return floats_bytes(max_tokens * config_.num_experts) + floats_bytes(max_tokens * d) +
+         floats_bytes(max_tokens * r) + floats_bytes(max_tokens * std::max(d, r)) +
+         2 * floats_bytes(max_tokens * max_intermediate_) +
+         (weights_.latent_down_proj ? 2 * floats_bytes(max_tokens * r) : 0);
 }
 
 void MoeBlock::forward(const ExecContext& ctx, const float* x, int64_t num_tokens, float* out,
                        Arena& scratch, TapSink* taps, int layer_id,
                        const RoutingResult* forced_routing) const {
   if (num_tokens <= 0) return;
-  const int64_t d = hidden_size_, num_experts = config_.num_experts;
+  const int64_t d = hidden_size_, r = expert_width_, num_experts = config_.num_experts;
   const int64_t k = config_.num_experts_per_tok;
+  const bool latent = weights_.latent_down_proj.has_value();
 
   RoutingResult routed;
   const RoutingResult* routing = forced_routing;
@@ -236,30 +290,50 @@ void MoeBlock::forward(const ExecContext& ctx, const float* x, int64_t num_token
   }
 
   float* sum = take_floats(scratch, num_tokens * d);
-  float* gathered = take_floats(scratch, num_tokens * d);
-  float* expert_out = take_floats(scratch, num_tokens * d);
+  float* gathered = take_floats(scratch, num_tokens * r);
+  float* expert_out = take_floats(scratch, num_tokens * std::max(d, r));
   float* gate = take_floats(scratch, num_tokens * max_intermediate_);
   float* up = take_floats(scratch, num_tokens * max_intermediate_);
-  std::fill(sum, sum + num_tokens * d, 0.0f);
+  // The routed experts' input and FP32 sum: x and `sum` itself, or z and y_lat when latent.
+  const float* expert_in = x;
+  float* routed_sum = sum;
+  if (latent) {
+    float* z = take_floats(scratch, num_tokens * r);
+    weights_.latent_down_proj->forward(ctx, x, num_tokens, z);
+    kernels::round_to_bf16(z, num_tokens * r);
+    tap(taps, layer_id, "latent_in", z, Shape{num_tokens, r});
+    expert_in = z;
+    routed_sum = take_floats(scratch, num_tokens * r);
+  }
+  std::fill(routed_sum, routed_sum + num_tokens * r, 0.0f);
 
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t begin = expert_begin[e], count = expert_begin[e + 1] - begin;
     if (count == 0) continue;
-    for (int64_t r = 0; r < count; ++r)
-      std::copy_n(x + slot_token[begin + r] * d, d, gathered + r * d);
-    swiglu_into(ctx, weights_.experts[e], gathered, count, expert_out, gate, up);
+    for (int64_t i = 0; i < count; ++i)
+      std::copy_n(expert_in + slot_token[begin + i] * r, r, gathered + i * r);
+    gated_into(ctx, weights_.experts[e], config_.activation, gathered, count, expert_out, gate, up);
     // Each token occurs at most once per expert, so rows scatter to distinct tokens.
-    parallel_for(ctx, count, 8, [&](int64_t r_begin, int64_t r_end) {
-      for (int64_t r = r_begin; r < r_end; ++r) {
-        float* dst = sum + slot_token[begin + r] * d;
-        const float w = slot_weight[begin + r];
-        const float* src = expert_out + r * d;
-        for (int64_t j = 0; j < d; ++j) dst[j] += w * src[j];
+    parallel_for(ctx, count, 8, [&](int64_t i_begin, int64_t i_end) {
+      for (int64_t i = i_begin; i < i_end; ++i) {
+        float* dst = routed_sum + slot_token[begin + i] * r;
+        const float w = slot_weight[begin + i];
+        const float* src = expert_out + i * r;
+        for (int64_t j = 0; j < r; ++j) dst[j] += w * src[j];
       }
     });
   }
+  if (latent) {
+    // The norm sees the whole routed sum (§6.3), then the up projection's FP32 output starts the
+    // block sum, unrounded.
+    if (!weights_.latent_norm.empty())
+      kernels::rms_norm(ctx, routed_sum, r, weights_.latent_norm.data(), routed_sum, r, num_tokens,
+                        r, config_.latent_norm_eps);
+    kernels::round_to_bf16(routed_sum, num_tokens * r);
+    weights_.latent_up_proj->forward(ctx, routed_sum, num_tokens, sum);
+  }
   for (const MlpWeights& shared : weights_.shared_experts) {
-    swiglu_into(ctx, shared, x, num_tokens, expert_out, gate, up);
+    gated_into(ctx, shared, config_.activation, x, num_tokens, expert_out, gate, up);
     for (int64_t e = 0; e < num_tokens * d; ++e) sum[e] += expert_out[e];
   }
   std::copy_n(sum, num_tokens * d, out);

@@ -1,9 +1,11 @@
 #pragma once
-// Feed-forward blocks: the SwiGLU MLP (models.md §1.1) and the DeepSeek-style MoE with grouped
-// sigmoid routing (§6.1, and Kimi-Linear's §6.2 as the n_group = 1 case): correction bias for
-// selection only, renormalisation, routed scaling, shared experts unscaled.
+// Feed-forward blocks: the gated MLP with SiLU (SwiGLU) or SiTU (models.md §1.1), the DeepSeek-
+// style MoE with grouped sigmoid routing (§6.1, and Kimi-Linear's §6.2 as the n_group = 1 case):
+// correction bias for selection only, renormalisation, routed scaling, shared experts unscaled; and
+// K3's latent MoE (§6.3), whose routed experts run in a narrower latent space.
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -20,13 +22,26 @@ struct MlpWeights {
   kernels::LinearWeight down_proj;  // [d, inter]  (w2)
 };
 
-// out [num_tokens, d] = down(silu(gate(x)) ⊙ up(x)); gate and up outputs rounded to BF16, the
-// product in FP32, rounded to BF16 before down_proj as the reference's BF16 activations are. out
-// is FP32, not rounded: a dense FFN rounds it like any linear output, MoE sums it in FP32 first.
-void swiglu_mlp_forward(const ExecContext& ctx, const MlpWeights& weights, const float* x,
-                        int64_t num_tokens, float* out, Arena& scratch);
-// What swiglu_mlp_forward takes from `scratch` for at most max_tokens tokens.
-size_t swiglu_mlp_scratch_bytes(const MlpWeights& weights, int64_t max_tokens);
+// The elementwise activation of a gated MLP, act(g, u) with g = gate(x), u = up(x):
+//   kSilu: silu(g)·u;
+//   kSitu: β·tanh(g/β)·σ(g) · u', u' = β_lin·tanh(u/β_lin), or u' = u when β_lin is 0 (absent).
+struct MlpActivation {
+  enum class Kind : unsigned char { kSilu, kSitu } kind = Kind::kSilu;
+  float situ_beta = 0;         // β (K3: activation_situ_beta = 4), > 0 for kSitu
+  float situ_linear_beta = 0;  // β_lin (K3: 25); 0: u' = u
+};
+
+// act(g, u) in FP32 for one element, exactly as gated_mlp_forward computes it (not rounded).
+float gated_activation(const MlpActivation& activation, float gate, float up);
+
+// out [num_tokens, d] = down(act(gate(x), up(x))); gate and up outputs rounded to BF16, the
+// activation in FP32, rounded to BF16 before down_proj as the reference's BF16 activations are.
+// out is FP32, not rounded: a dense FFN rounds it like any linear output, MoE sums it in FP32.
+void gated_mlp_forward(const ExecContext& ctx, const MlpWeights& weights,
+                       const MlpActivation& activation, const float* x, int64_t num_tokens,
+                       float* out, Arena& scratch);
+// What gated_mlp_forward takes from `scratch` for at most max_tokens tokens.
+size_t gated_mlp_scratch_bytes(const MlpWeights& weights, int64_t max_tokens);
 
 struct MoeConfig {
   int64_t num_experts = 0;
@@ -35,14 +50,21 @@ struct MoeConfig {
   int64_t topk_group = 1;
   bool norm_topk_prob = true;
   float routed_scaling_factor = 1.0f;
-  float renorm_epsilon = 0.0f;  // Kimi adds 1e-20 to the denominator
+  float renorm_epsilon = 0.0f;    // Kimi adds 1e-20 to the denominator
+  MlpActivation activation;       // of routed and shared experts
+  float latent_norm_eps = 1e-5f;  // latent MoE: ε of the RMSNorm of the routed sum
 };
 
 struct MoeWeights {
   std::vector<float> gate_weight;              // [E, d], FP32 copy of the BF16 router
   std::vector<float> e_score_correction_bias;  // [E]
-  std::vector<MlpWeights> experts;             // [E]
-  std::vector<MlpWeights> shared_experts;      // usually one (fused when several)
+  std::vector<MlpWeights> experts;             // [E]; [inter, r] / [r, inter] when latent
+  std::vector<MlpWeights> shared_experts;      // usually one (fused when several); full width d
+  // Latent MoE (§6.3), both set or neither: z = down(x) feeds the routed experts, up maps their
+  // (normalised) sum back to d.
+  std::optional<kernels::LinearWeight> latent_down_proj;  // [r, d]
+  std::optional<kernels::LinearWeight> latent_up_proj;    // [d, r]
+  std::vector<float> latent_norm;                         // [r]; empty: no norm
 };
 
 // Routing decisions for inspection and operator tests.
@@ -69,6 +91,9 @@ class MoeBlock {
   // out [num_tokens, d] = Σ_e w_e·Expert_e(x) + Σ shared(x), x the FFN input after the post-
   // attention norm; summed in FP32 and rounded to BF16 once. Each expert runs one GEMM over the
   // tokens routed to it; experts without tokens are skipped. Taps "router_scores" [T, E].
+  // Latent: routing and shared experts on x; z = round_bf16(latent_down(x)) (tap "latent_in"
+  // [T, r]); y_lat = Σ_e w_e·Expert_e(z) in FP32; out = round_bf16(latent_up(round_bf16(
+  // RMSNorm(y_lat))) + Σ shared(x)), or round_bf16(y_lat) into latent_up without a norm.
   // `forced_routing` (tests): use these decisions instead of routing.
   void forward(const ExecContext& ctx, const float* x, int64_t num_tokens, float* out,
                Arena& scratch, TapSink* taps, int layer_id,
@@ -78,6 +103,7 @@ class MoeBlock {
   MoeConfig config_;
   MoeWeights weights_;
   int64_t hidden_size_ = 0;
+  int64_t expert_width_ = 0;      // input width of the routed experts: d, or r when latent
   int64_t max_intermediate_ = 0;  // widest gate_proj among routed and shared experts
   // The router as a BF16 linear (exact: the gate weight is BF16-valued), for a fast FP32-
   // accumulating x·Wgᵀ; empty if some gate value is not BF16, then the scalar loop runs.

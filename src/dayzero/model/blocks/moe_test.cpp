@@ -83,8 +83,22 @@ std::vector<double> matvec(const std::vector<float>& w, int64_t out, int64_t in,
   return y;
 }
 
-// The plain per-token SwiGLU with the engine's BF16 rounding points; down output unrounded.
-std::vector<double> reference_mlp(const MlpWeights& mlp, const float* x) {
+// models.md §1.1 in FP64: silu(g)·u, or β·tanh(g/β)·σ(g)·u' with u' = β_lin·tanh(u/β_lin) (u
+// when β_lin is 0).
+double reference_activation(const MlpActivation& act, double g, double u) {
+  const double sigmoid = 1.0 / (1.0 + std::exp(-g));
+  if (act.kind == MlpActivation::Kind::kSilu) return g * sigmoid * u;
+  const double beta = act.situ_beta, linear_beta = act.situ_linear_beta;
+  const double u_lin = linear_beta != 0.0 ? linear_beta * std::tanh(u / linear_beta) : u;
+  return beta * std::tanh(g / beta) * sigmoid * u_lin;
+}
+
+constexpr MlpActivation kK3Situ{
+    .kind = MlpActivation::Kind::kSitu, .situ_beta = 4.0f, .situ_linear_beta = 25.0f};
+
+// The plain per-token gated MLP with the engine's BF16 rounding points; down output unrounded.
+std::vector<double> reference_mlp(const MlpWeights& mlp, const float* x,
+                                  const MlpActivation& act = {}) {
   const int64_t d = mlp.gate_proj.in_features(), inter = mlp.gate_proj.out_features();
   const std::vector<double> g = matvec(dense(mlp.gate_proj), inter, d, x);
   const std::vector<double> u = matvec(dense(mlp.up_proj), inter, d, x);
@@ -92,7 +106,7 @@ std::vector<double> reference_mlp(const MlpWeights& mlp, const float* x) {
   for (int64_t i = 0; i < inter; ++i) {
     const double gi = formats::round_to_bf16(static_cast<float>(g[i]));
     const double ui = formats::round_to_bf16(static_cast<float>(u[i]));
-    h[i] = formats::round_to_bf16(static_cast<float>(gi / (1.0 + std::exp(-gi)) * ui));
+    h[i] = formats::round_to_bf16(static_cast<float>(reference_activation(act, gi, ui)));
   }
   return matvec(dense(mlp.down_proj), d, inter, h.data());
 }
@@ -287,8 +301,9 @@ TEST(SwigluMlp, MatchesThePerTokenReference) {
       const std::vector<float> x = random_bf16(rng, num_tokens * d, 1.0f);
       std::vector<float> out(static_cast<size_t>(num_tokens * d));
       scratch.reset();
-      swiglu_mlp_forward(ExecContext{2}, mlp, x.data(), num_tokens, out.data(), scratch);
-      EXPECT_LE(scratch.used_bytes(), swiglu_mlp_scratch_bytes(mlp, num_tokens));
+      gated_mlp_forward(ExecContext{2}, mlp, MlpActivation{}, x.data(), num_tokens, out.data(),
+                        scratch);
+      EXPECT_LE(scratch.used_bytes(), gated_mlp_scratch_bytes(mlp, num_tokens));
       std::vector<double> ref;
       for (int64_t t = 0; t < num_tokens; ++t) {
         const std::vector<double> row = reference_mlp(mlp, x.data() + t * d);
@@ -301,14 +316,17 @@ TEST(SwigluMlp, MatchesThePerTokenReference) {
 
 struct RecordingSink : TapSink {
   std::vector<std::string> names;
-  std::vector<float> scores;
-  Shape shape;
+  std::vector<float> scores, latent_in;
+  Shape shape, latent_shape;
   void on_tap(int layer_id, std::string_view name, const float* data, const Shape& s) override {
     EXPECT_EQ(layer_id, 3);
     names.emplace_back(name);
     if (name == "router_scores") {
       scores.assign(data, data + s.num_elems());
       shape = s;
+    } else if (name == "latent_in") {
+      latent_in.assign(data, data + s.num_elems());
+      latent_shape = s;
     }
   }
 };
@@ -427,6 +445,259 @@ TEST(MoeBlock, ForcedRoutingIsFollowed) {
   const std::vector<double> ref =
       reference_moe(block, reference_weights.weights, forced, x, num_tokens);
   EXPECT_LT(rel_rms(out, ref), kOutputTolerance);
+}
+
+// SiTU (models.md §1.1) against the FP64 formula, from the linear range to where tanh and σ
+// saturate (|g|, |u| up to 1e4; e^−g overflows FP32 beyond g ≈ −88.7, where σ becomes exactly 0 and
+// the true value is below 1e-33). Tolerance: 1e-6 relative (a few FP32 ulps of exp, tanh and the
+// divisions) plus 1e-33 absolute for that underflow.
+TEST(MlpActivation, SituMatchesTheFormula) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const MlpActivation no_linear_beta{.kind = MlpActivation::Kind::kSitu, .situ_beta = 4.0f};
+  for (const MlpActivation& act : {kK3Situ, no_linear_beta}) {
+    for (float scale : {0.5f, 4.0f, 30.0f, 300.0f, 1e4f}) {
+      std::normal_distribution<float> normal(0.0f, scale);
+      for (int i = 0; i < 2000; ++i) {
+        const float g = normal(rng);
+        // Without β_lin, u' = u is unbounded: keep |u| moderate so the underflow bound holds.
+        const float u = act.situ_linear_beta != 0 ? normal(rng) : std::fmod(normal(rng), 1e3f);
+        const float y = gated_activation(act, g, u);
+        const double ref = reference_activation(act, g, u);
+        ASSERT_LE(std::fabs(y - ref), 1e-6 * std::fabs(ref) + 1e-33)
+            << "g " << g << " u " << u << " β_lin " << act.situ_linear_beta;
+      }
+    }
+  }
+  // Saturation: 4·tanh(g/4)·σ(g) → ±4 or 0 and 25·tanh(u/25) → ±25, never NaN.
+  EXPECT_EQ(gated_activation(kK3Situ, 1e4f, 1e5f), 100.0f);
+  EXPECT_EQ(gated_activation(kK3Situ, 1e4f, -1e5f), -100.0f);
+  EXPECT_EQ(gated_activation(kK3Situ, -1e4f, 1e5f), 0.0f);
+  EXPECT_EQ(gated_activation(no_linear_beta, 1e4f, 3.0f), 12.0f);
+  // SiLU is still silu(g)·u.
+  for (float g : {-3.0f, -0.5f, 0.25f, 7.0f})
+    EXPECT_NEAR(gated_activation(MlpActivation{}, g, 1.5f), g / (1.0 + std::exp(-g)) * 1.5, 1e-6);
+}
+
+TEST(GatedMlp, SituMatchesThePerTokenReference) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const int64_t d = 192, inter = 136;
+  Arena scratch(16 << 20);
+  const MlpActivation no_linear_beta{.kind = MlpActivation::Kind::kSitu, .situ_beta = 4.0f};
+  for (const MlpActivation& act : {kK3Situ, no_linear_beta}) {
+    const MlpWeights mlp = random_mlp(rng, d, inter, false);
+    // x stddev 40 drives g and u well into tanh's saturation (|g| ≫ 4, |u| ≫ 25).
+    for (float x_stddev : {1.0f, 40.0f}) {
+      for (int64_t num_tokens : {1, 5, 17}) {
+        const std::vector<float> x = random_bf16(rng, num_tokens * d, x_stddev);
+        std::vector<float> out(static_cast<size_t>(num_tokens * d));
+        scratch.reset();
+        gated_mlp_forward(ExecContext{2}, mlp, act, x.data(), num_tokens, out.data(), scratch);
+        EXPECT_LE(scratch.used_bytes(), gated_mlp_scratch_bytes(mlp, num_tokens));
+        std::vector<double> ref;
+        for (int64_t t = 0; t < num_tokens; ++t) {
+          const std::vector<double> row = reference_mlp(mlp, x.data() + t * d, act);
+          ref.insert(ref.end(), row.begin(), row.end());
+        }
+        EXPECT_LT(rel_rms(out, ref), kOutputTolerance)
+            << "β_lin " << act.situ_linear_beta << " x stddev " << x_stddev << " tokens "
+            << num_tokens;
+      }
+    }
+  }
+}
+
+// Kimi routing (models.md §6.2): n_group 1, weights s/(Σs + 1e-20)·2.446. Tokens whose selected
+// scores are ≲ 1e-22 (logits ≈ −56) make the ε visible: their weights sum to 2.446·Σs/(Σs + ε),
+// far below 2.446. The router is an identity on x[:, :E], so the logits are exactly x.
+TEST(MoeRouting, KimiWeightsIncludeTheEpsilon) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  MoeConfig c;
+  c.num_experts = 8;
+  c.num_experts_per_tok = 3;
+  c.routed_scaling_factor = 2.446f;
+  c.renorm_epsilon = 1e-20f;
+  const int64_t d = 8, num_experts = c.num_experts, k = c.num_experts_per_tok, num_tokens = 64;
+  MoeWeights weights;
+  weights.gate_weight.assign(static_cast<size_t>(num_experts * d), 0.0f);
+  for (int64_t e = 0; e < num_experts; ++e) weights.gate_weight[e * d + e] = 1.0f;
+  weights.e_score_correction_bias = random_bf16(rng, num_experts, 1e-3f);
+  std::normal_distribution<float> normal(0.0f, 1.5f);
+  std::vector<float> x(static_cast<size_t>(num_tokens * d));
+  for (int64_t t = 0; t < num_tokens; ++t)
+    for (int64_t j = 0; j < d; ++j) x[t * d + j] = normal(rng) + (t % 2 == 1 ? -56.0f : 0.0f);
+  RoutingResult result;
+  route_grouped_sigmoid(ExecContext{2}, c, weights, x.data(), num_tokens, d, result);
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    double sum = 0, weight_sum = 0;
+    for (int64_t i = 0; i < k; ++i)
+      sum += 1.0 / (1.0 + std::exp(-x[t * d + result.expert_ids[t * k + i]]));
+    for (int64_t i = 0; i < k; ++i) {
+      const double s = 1.0 / (1.0 + std::exp(-x[t * d + result.expert_ids[t * k + i]]));
+      const double expected = s / (sum + 1e-20) * 2.446;
+      EXPECT_NEAR(result.weights[t * k + i], expected, 1e-6 * expected) << "token " << t;
+      weight_sum += result.weights[t * k + i];
+    }
+    if (t % 2 == 0) {
+      EXPECT_NEAR(weight_sum, 2.446, 1e-5) << "token " << t;
+    } else {
+      EXPECT_LT(weight_sum, 2.446 * 0.5) << "token " << t << ": ε not in the denominator";
+      EXPECT_NEAR(weight_sum, 2.446 * sum / (sum + 1e-20), 1e-5 * weight_sum) << "token " << t;
+    }
+  }
+}
+
+// K3 latent MoE sizes, scaled down: d 128, latent r 64, 16 SiTU experts of inter 48 (BF16), one
+// fused shared expert of inter 96 on the full width. The router reads x[:, :16] through an identity
+// as in MoeFixture; expert 15 is biased out of every selection.
+struct LatentMoeFixture {
+  static constexpr int64_t kHidden = 128, kLatent = 64, kInter = 48, kSharedInter = 96;
+  MoeConfig config;
+  MoeWeights weights;
+
+  LatentMoeFixture(std::mt19937& rng, bool with_norm) {
+    config.num_experts = 16;
+    config.num_experts_per_tok = 4;
+    config.routed_scaling_factor = 2.446f;  // only matters through ε with the norm
+    config.renorm_epsilon = 1e-20f;
+    config.activation = kK3Situ;
+    config.latent_norm_eps = 1e-5f;
+    const int64_t num_experts = config.num_experts;
+    weights.gate_weight.assign(static_cast<size_t>(num_experts * kHidden), 0.0f);
+    for (int64_t e = 0; e < num_experts; ++e) weights.gate_weight[e * kHidden + e] = 1.0f;
+    weights.e_score_correction_bias = random_bf16(rng, num_experts, 0.5f);
+    weights.e_score_correction_bias[15] = -100.0f;
+    for (int64_t e = 0; e < num_experts; ++e)
+      weights.experts.push_back(random_mlp(rng, kLatent, kInter, false));
+    weights.shared_experts.push_back(random_mlp(rng, kHidden, kSharedInter, false));
+    weights.latent_down_proj = random_linear(rng, kLatent, kHidden, false);
+    weights.latent_up_proj = random_linear(rng, kHidden, kLatent, false);
+    if (with_norm) {
+      weights.latent_norm = random_bf16(rng, kLatent, 0.3f);
+      for (float& w : weights.latent_norm) w = formats::round_to_bf16(w + 1.0f);
+    }
+  }
+};
+
+// The scalar latent MoE (models.md §6.3, issue 4 numerics) per token in FP64 with the engine's
+// BF16 rounding points: z, the expert activations, the normalised latent sum, the output.
+std::vector<double> reference_latent_moe(const MoeBlock& block, const RoutingResult& routing,
+                                         const std::vector<float>& x, int64_t num_tokens,
+                                         std::vector<double>* latent_in) {
+  const MoeWeights& w = block.weights();
+  const MlpActivation& act = block.config().activation;
+  const int64_t d = LatentMoeFixture::kHidden, r = LatentMoeFixture::kLatent;
+  const int64_t k = block.config().num_experts_per_tok;
+  std::vector<double> out;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const std::vector<double> z64 = matvec(dense(*w.latent_down_proj), r, d, x.data() + t * d);
+    std::vector<float> z(static_cast<size_t>(r));
+    for (int64_t j = 0; j < r; ++j) z[j] = formats::round_to_bf16(static_cast<float>(z64[j]));
+    latent_in->insert(latent_in->end(), z.begin(), z.end());
+    std::vector<double> y_lat(static_cast<size_t>(r), 0.0);
+    for (int64_t i = 0; i < k; ++i) {
+      const std::vector<double> y =
+          reference_mlp(w.experts[routing.expert_ids[t * k + i]], z.data(), act);
+      for (int64_t j = 0; j < r; ++j) y_lat[j] += routing.weights[t * k + i] * y[j];
+    }
+    std::vector<float> normed(static_cast<size_t>(r));
+    double mean_square = 0;
+    for (double v : y_lat) mean_square += v * v / static_cast<double>(r);
+    for (int64_t j = 0; j < r; ++j) {
+      const double v = w.latent_norm.empty()
+                           ? y_lat[j]
+                           : w.latent_norm[j] * y_lat[j] /
+                                 std::sqrt(mean_square + block.config().latent_norm_eps);
+      normed[j] = formats::round_to_bf16(static_cast<float>(v));
+    }
+    std::vector<double> acc = matvec(dense(*w.latent_up_proj), d, r, normed.data());
+    for (const MlpWeights& shared : w.shared_experts) {
+      const std::vector<double> y = reference_mlp(shared, x.data() + t * d, act);
+      for (int64_t j = 0; j < d; ++j) acc[j] += y[j];
+    }
+    for (double v : acc) out.push_back(formats::round_to_bf16(static_cast<float>(v)));
+  }
+  return out;
+}
+
+TEST(LatentMoeBlock, MatchesTheScalarReference) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (bool with_norm : {true, false}) {
+    LatentMoeFixture fixture(rng, with_norm);
+    const MoeBlock block(fixture.config, std::move(fixture.weights));
+    const int64_t d = LatentMoeFixture::kHidden, r = LatentMoeFixture::kLatent;
+    const int64_t num_experts = block.config().num_experts;
+    Arena scratch(64 << 20);
+    for (int64_t num_tokens : {1, 7, 40}) {
+      SCOPED_TRACE(::testing::Message() << "norm " << with_norm << " tokens " << num_tokens);
+      const std::vector<float> x = random_bf16(rng, num_tokens * d, 1.0f);
+      RoutingResult routing;
+      route_grouped_sigmoid(ExecContext{2}, block.config(), block.weights(), x.data(), num_tokens,
+                            d, routing);
+      std::vector<int64_t> tokens_per_expert(static_cast<size_t>(num_experts), 0);
+      for (int32_t id : routing.expert_ids) ++tokens_per_expert[id];
+      EXPECT_EQ(tokens_per_expert[15], 0);  // an expert without tokens, every time
+
+      std::vector<float> out(static_cast<size_t>(num_tokens * d)), forced(out.size());
+      RecordingSink sink;
+      scratch.reset();
+      block.forward(ExecContext{2}, x.data(), num_tokens, out.data(), scratch, &sink, 3);
+      EXPECT_LE(scratch.used_bytes(), block.scratch_bytes(num_tokens));
+      EXPECT_EQ(sink.names, (std::vector<std::string>{"router_scores", "latent_in"}));
+      EXPECT_EQ(sink.latent_shape, (Shape{num_tokens, r}));
+      scratch.reset();
+      block.forward(ExecContext{2}, x.data(), num_tokens, forced.data(), scratch, nullptr, 3,
+                    &routing);
+      EXPECT_EQ(out, forced) << "own routing differs from route_grouped_sigmoid's";
+
+      std::vector<double> latent_ref;
+      const std::vector<double> ref =
+          reference_latent_moe(block, routing, x, num_tokens, &latent_ref);
+      EXPECT_LT(rel_rms(sink.latent_in, latent_ref), kOutputTolerance);
+      EXPECT_LT(rel_rms(out, ref), kOutputTolerance);
+      for (float v : out) ASSERT_EQ(v, formats::round_to_bf16(v)) << "output not BF16-valued";
+    }
+  }
+}
+
+// Forced decisions the router would never make (expert 15, negative weights) on the latent path.
+TEST(LatentMoeBlock, ForcedRoutingIsFollowed) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (bool with_norm : {true, false}) {
+    LatentMoeFixture fixture(rng, with_norm);
+    const MoeBlock block(fixture.config, std::move(fixture.weights));
+    const int64_t d = LatentMoeFixture::kHidden, num_tokens = 9;
+    const int64_t k = block.config().num_experts_per_tok;
+    const std::vector<float> x = random_bf16(rng, num_tokens * d, 1.0f);
+    RoutingResult forced;
+    std::uniform_int_distribution<int32_t> expert(0, 14);
+    std::normal_distribution<float> weight(0.0f, 1.0f);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      std::set<int32_t> chosen{15};
+      while (static_cast<int64_t>(chosen.size()) < k) chosen.insert(expert(rng));
+      for (int32_t id : chosen) {
+        forced.expert_ids.push_back(id);
+        forced.weights.push_back(weight(rng));
+      }
+    }
+    std::vector<float> out(static_cast<size_t>(num_tokens * d));
+    Arena scratch(64 << 20);
+    RecordingSink sink;
+    block.forward(ExecContext{2}, x.data(), num_tokens, out.data(), scratch, &sink, 3, &forced);
+    EXPECT_EQ(sink.names, (std::vector<std::string>{"latent_in"}));
+    std::vector<double> latent_ref;
+    const std::vector<double> ref = reference_latent_moe(block, forced, x, num_tokens, &latent_ref);
+    EXPECT_LT(rel_rms(out, ref), kOutputTolerance) << "norm " << with_norm;
+  }
 }
 
 }  // namespace
