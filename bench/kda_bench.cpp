@@ -1,5 +1,5 @@
 // KDA prefill of one 4096-token sequence at Kimi-Linear dims (H = 32, d = 128, FP32): the chunked
-// kernel (chunk 16 and 64, models.md §4.7) against the token-by-token recurrence (kda_recurrent
+// kernel (chunk 16, 32 and 64, models.md §4.7) against the token-by-token recurrence (kda_recurrent
 // over the same tokens, its fastest form: one call, heads in parallel). Reports tokens/s and the
 // FLOP rate as a fraction of the FP32 GEMM limit measured in the same run (machine_limits.h).
 //
@@ -111,6 +111,7 @@ void BM_KdaRecurrent(benchmark::State& state) {
 
 BENCHMARK(BM_KdaChunked)
     ->Arg(16)
+    ->Arg(32)
     ->Arg(64)
     ->ArgName("chunk")
     ->UseRealTime()
@@ -125,7 +126,7 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   const auto rec = g_tokens_per_s.find(0);
-  for (int64_t chunk : {16, 64}) {
+  for (int64_t chunk : {16, 32, 64}) {
     const auto ch = g_tokens_per_s.find(chunk);
     if (rec == g_tokens_per_s.end() || ch == g_tokens_per_s.end()) continue;
     std::printf(
