@@ -43,8 +43,9 @@ void kda_recurrent(const ExecContext& ctx, const KdaDims& dims, const float* q, 
 size_t kda_chunked_scratch_bytes(const ExecContext& ctx, const KdaDims& dims, int64_t chunk_size);
 
 // models.md §4.7. pos_begin is token 0's absolute position; chunk boundaries sit at multiples of
-// chunk_size (1 ≤ chunk_size ≤ 64). Same data contract as kda_recurrent. The scratch is taken from
-// `scratch` and released (the arena's use is restored) before returning.
+// chunk_size (1 ≤ chunk_size ≤ 64). Same data contract as kda_recurrent. Each call allocates
+// kda_chunked_scratch_bytes() from `scratch` (Arena has no release: a caller running several
+// sequences in one step reserves that much per call, or resets between calls).
 void kda_chunked(const ExecContext& ctx, const KdaDims& dims, const float* q, const float* k,
                  const float* v, const float* g, const float* beta, int64_t num_tokens,
                  int64_t pos_begin, int64_t chunk_size, float* state, float* out, Arena& scratch);
