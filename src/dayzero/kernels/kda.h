@@ -10,8 +10,9 @@
 // kda_recurrent walks tokens one by one (decode). kda_chunked processes chunks of chunk_size
 // tokens aligned to absolute positions (a chunk boundary at every multiple of chunk_size, so the
 // first chunk of a call starting at pos_begin has chunk_size − pos_begin % chunk_size rows). Within
-// a chunk every decay factor is exp of a difference of cumulative gates (never a product
-// exp(Γ_r) · exp(−Γ_c), which overflows for the unbounded gate), and (I + L) is solved by forward
+// a chunk every decay D(r, c) = exp(Γ_r − Γ_c) is formed from the pair's own token range (plain:
+// exp of the running sum of g from c; AVX-512: the running product of exp(g_i) ≤ 1), never as
+// exp(Γ_r) · exp(−Γ_c), which overflows for the unbounded gate; (I + L) is solved by forward
 // substitution. Both read and write the same state layout, so a prefill may be continued by
 // decode steps or by further chunked calls with identical results up to FP32 rounding.
 //
