@@ -15,6 +15,9 @@ struct SequenceSlice {
   // Physical block ids covering positions [0, pos_begin + num_tokens): position p lives in block
   // block_table[p / block_size] at offset p % block_size (formats.md §5.1).
   std::span<const int32_t> block_table;
+  // Recurrent-state slot of the sequence (KDA layers, serving.md §1.6); −1: none (models without
+  // recurrent layers).
+  int32_t state_slot = -1;
 
   int64_t num_cached_after() const { return pos_begin + num_tokens; }
 };

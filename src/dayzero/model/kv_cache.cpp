@@ -2,17 +2,57 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "dayzero/core/check.h"
+
 namespace dz::model {
 
+namespace {
+
+// A KDA layout is either absent (0 heads) or fully positive; a pool above this is a config error.
+constexpr int64_t kMaxStatePoolBytes = int64_t{1} << 46;
+
+Status check_kda_layout(size_t layer, const LayerCacheSpec& spec, int64_t num_state_slots) {
+  const KdaStateLayout& kda = spec.kda;
+  if (kda.num_heads == 0) return Status::ok_status();
+  if (kda.num_heads < 0 || kda.head_dim <= 0 || kda.conv_width <= 0)
+    return make_error(StatusCode::kInvalidArgument,
+                      "KV cache layer {}: KDA state of {} heads of {} with conv width {} (want all "
+                      "positive)",
+                      layer, kda.num_heads, kda.head_dim, kda.conv_width);
+  if (spec.mla.latent_dim > 0)
+    return make_error(StatusCode::kInvalidArgument,
+                      "KV cache layer {}: a layer has an MLA cache or a KDA state, not both",
+                      layer);
+  if (num_state_slots <= 0)
+    return make_error(StatusCode::kInvalidArgument,
+                      "KV cache layer {}: a KDA layer needs num_state_slots > 0, got {}", layer,
+                      num_state_slots);
+  if (kda.slot_bytes() > kMaxStatePoolBytes / num_state_slots)
+    return make_error(StatusCode::kInvalidArgument,
+                      "KV cache layer {}: {} state slots of {} bytes exceed {} bytes", layer,
+                      num_state_slots, kda.slot_bytes(), kMaxStatePoolBytes);
+  return Status::ok_status();
+}
+
+}  // namespace
+
 Result<KvCache> KvCache::create(std::span<const LayerCacheSpec> layers, int64_t num_blocks,
-                                int64_t block_size) {
+                                int64_t block_size, int64_t num_state_slots) {
   if (num_blocks <= 0 || block_size <= 0)
     return make_error(StatusCode::kInvalidArgument,
                       "KV cache: num_blocks {} and block_size {} must be positive", num_blocks,
                       block_size);
+  if (num_state_slots < 0 || num_state_slots > std::numeric_limits<int32_t>::max())
+    return make_error(StatusCode::kInvalidArgument, "KV cache: num_state_slots {} out of range",
+                      num_state_slots);
   KvCache cache;
   cache.num_blocks_ = num_blocks;
   cache.block_size_ = block_size;
+  cache.num_state_slots_ = num_state_slots;
   const int64_t num_slots = num_blocks * block_size;
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerCacheSpec& spec = layers[i];
@@ -22,6 +62,7 @@ Result<KvCache> KvCache::create(std::span<const LayerCacheSpec> layers, int64_t 
                         "KV cache layer {}: an fp8 latent cache needs kv_lora_rank divisible by "
                         "128, got {} (use --kv-cache-dtype bf16)",
                         i, spec.mla.latent_dim);
+    DZ_RETURN_IF_ERROR(check_kda_layout(i, spec, num_state_slots));
     Layer layer;
     layer.spec = spec;
     if (spec.mla.latent_dim > 0)
@@ -29,6 +70,12 @@ Result<KvCache> KvCache::create(std::span<const LayerCacheSpec> layers, int64_t 
     if (spec.index_key_dim > 0) {
       kernels::IndexCacheLayout index{.key_dim = spec.index_key_dim, .block_size = block_size};
       layer.index_pool = AlignedBuffer(static_cast<size_t>(num_blocks * index.block_bytes()));
+    }
+    if (spec.kda.num_heads > 0) {
+      layer.kda_states =
+          AlignedBuffer(static_cast<size_t>(num_state_slots * spec.kda.state_floats() * 4));
+      layer.kda_conv =
+          AlignedBuffer(static_cast<size_t>(num_state_slots * spec.kda.conv_elems() * 2));
     }
     cache.layers_.push_back(std::move(layer));
   }
@@ -44,6 +91,13 @@ int64_t KvCache::bytes_per_token() const {
   return total;
 }
 
+int64_t KvCache::state_bytes_per_slot() const {
+  int64_t total = 0;
+  for (const Layer& layer : layers_)
+    if (layer.spec.kda.num_heads > 0) total += layer.spec.kda.slot_bytes();
+  return total;
+}
+
 MlaLayerCache KvCache::mla_layer(int layer_id) {
   Layer& layer = layers_.at(static_cast<size_t>(layer_id));
   DZ_CHECK(layer.spec.mla.latent_dim > 0, "layer {} has no MLA cache", layer_id);
@@ -55,6 +109,31 @@ IndexLayerCache KvCache::index_layer(int layer_id) {
   DZ_CHECK(layer.spec.index_key_dim > 0, "layer {} has no indexer cache", layer_id);
   return {.layout = {.key_dim = layer.spec.index_key_dim, .block_size = block_size_},
           .pool = layer.index_pool.data()};
+}
+
+KdaLayerState KvCache::kda_layer(int layer_id) {
+  Layer& layer = layers_.at(static_cast<size_t>(layer_id));
+  DZ_CHECK(layer.spec.kda.num_heads > 0, "layer {} has no KDA state", layer_id);
+  return {.layout = layer.spec.kda,
+          .states = layer.kda_states.as_span<float>().data(),
+          .conv = layer.kda_conv.as_span<uint16_t>().data()};
+}
+
+void KvCache::copy_state_slot(int32_t from, int32_t to) {
+  DZ_CHECK(from >= 0 && from < num_state_slots_ && to >= 0 && to < num_state_slots_,
+           "state slots {} -> {} out of [0, {})", from, to, num_state_slots_);
+  if (from == to) return;
+  for (Layer& layer : layers_) {
+    const KdaStateLayout& kda = layer.spec.kda;
+    if (kda.num_heads == 0) continue;
+    const size_t state_bytes = static_cast<size_t>(kda.state_floats()) * 4;
+    const size_t conv_bytes = static_cast<size_t>(kda.conv_elems()) * 2;
+    std::memcpy(layer.kda_states.data() + static_cast<size_t>(to) * state_bytes,
+                layer.kda_states.data() + static_cast<size_t>(from) * state_bytes, state_bytes);
+    if (conv_bytes > 0)
+      std::memcpy(layer.kda_conv.data() + static_cast<size_t>(to) * conv_bytes,
+                  layer.kda_conv.data() + static_cast<size_t>(from) * conv_bytes, conv_bytes);
+  }
 }
 
 SequentialBlocks::SequentialBlocks(int64_t num_blocks, int64_t block_size)

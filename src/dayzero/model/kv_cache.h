@@ -1,6 +1,8 @@
 #pragma once
 // A simple paged attention cache for one process: per layer an MLA latent pool and an indexer key
-// pool (kernels/paged_cache.h layouts), each num_blocks · block_size token records, allocated once.
+// pool (kernels/paged_cache.h layouts), each num_blocks · block_size token records, allocated once;
+// per KDA layer num_state_slots recurrent states and conv rows (the recurrent-state pool of
+// serving.md §1.6, formats.md §5.5), addressed by SequenceSlice::state_slot.
 // The runtime's block manager (serving.md) hands out block ids; this container only maps ids to
 // pools. SequentialBlocks is the trivial allocator for one sequence (the CLI's logits/generate).
 
@@ -12,41 +14,54 @@
 #include "dayzero/core/status.h"
 #include "dayzero/kernels/paged_cache.h"
 #include "dayzero/model/blocks/dsa_indexer.h"
+#include "dayzero/model/blocks/kda.h"
 #include "dayzero/model/blocks/mla.h"
 
 namespace dz::model {
 
-// What one layer caches per token. latent_dim 0: no MLA cache; index_key_dim 0: no indexer cache.
+// What one layer caches per token (MLA, indexer) or per sequence slot (KDA). latent_dim 0: no MLA
+// cache; index_key_dim 0: no indexer cache; kda.num_heads 0: no recurrent state.
 struct LayerCacheSpec {
   kernels::MlaCacheLayout mla{.latent_dim = 0, .rope_dim = 0};
   int64_t index_key_dim = 0;
+  KdaStateLayout kda{};
 };
 
 class KvCache {
  public:
-  // layers: one spec per layer id (MTP layers included), in layer order.
+  // layers: one spec per layer id (MTP layers included), in layer order. num_state_slots: slots
+  // of every KDA layer's state pool (must be positive when a layer has KDA state).
   static Result<KvCache> create(std::span<const LayerCacheSpec> layers, int64_t num_blocks,
-                                int64_t block_size);
+                                int64_t block_size, int64_t num_state_slots = 0);
 
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }
   int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
-  // Bytes one cached token takes over all layers.
+  // Bytes one cached token takes over all layers (the paged part only).
   int64_t bytes_per_token() const;
+  int64_t num_state_slots() const { return num_state_slots_; }
+  // Bytes one state slot takes over all KDA layers (states and conv rows).
+  int64_t state_bytes_per_slot() const;
 
   MlaLayerCache mla_layer(int layer_id);
   IndexLayerCache index_layer(int layer_id);
+  KdaLayerState kda_layer(int layer_id);
+  // Copies slot `from` to slot `to` in every KDA layer (prefix checkpoints, serving.md §1.7).
+  void copy_state_slot(int32_t from, int32_t to);
 
  private:
   struct Layer {
     LayerCacheSpec spec;
     AlignedBuffer mla_pool;    // [num_blocks · block_size] MLA records
     AlignedBuffer index_pool;  // [num_blocks] block-planar indexer blocks
+    AlignedBuffer kda_states;  // [num_state_slots, H, d_v, d_k] FP32
+    AlignedBuffer kda_conv;    // [num_state_slots, 3, W−1, H·d] BF16 codes
   };
 
   std::vector<Layer> layers_;
   int64_t num_blocks_ = 0;
   int64_t block_size_ = 0;
+  int64_t num_state_slots_ = 0;
 };
 
 // Blocks for one sequence out of a pool of num_blocks. Hands ids out from the top of the pool

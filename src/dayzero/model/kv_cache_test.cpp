@@ -39,6 +39,91 @@ TEST(KvCache, RefusesBadSizesAndFp8LatentsOffTheTileGrid) {
   EXPECT_TRUE(KvCache::create(layers, 1, 64).ok());
 }
 
+LayerCacheSpec kda_layer_spec(int64_t heads, int64_t head_dim) {
+  return {.kda = {.num_heads = heads, .head_dim = head_dim, .conv_width = 4}};
+}
+
+TEST(KvCache, KdaStateSizesMatchFormatsMd) {
+  // formats.md §5.5, Kimi-Linear: 32 heads of 128, W = 4: 2 MiB state + 72 KiB BF16 conv rows per
+  // layer and slot; 20 KDA layers and 7 MLA layers (bf16 latents 512 + 64: 1152 B per token).
+  std::vector<LayerCacheSpec> layers;
+  for (int i = 0; i < 27; ++i)
+    layers.push_back(i % 4 == 3 || i == 26
+                         ? LayerCacheSpec{.mla = {.latent_dim = 512,
+                                                  .rope_dim = 64,
+                                                  .dtype = kernels::KvCacheDtype::kBf16}}
+                         : kda_layer_spec(32, 128));
+  Result<KvCache> cache = KvCache::create(layers, 2, 64, 1);
+  ASSERT_TRUE(cache.ok()) << cache.status().to_string();
+  EXPECT_EQ(cache->kda_layer(0).layout.state_floats() * 4, 2 << 20);
+  EXPECT_EQ(cache->kda_layer(0).layout.conv_elems() * 2, 72 << 10);
+  EXPECT_EQ(cache->state_bytes_per_slot(), 20 * ((2 << 20) + (72 << 10)));
+  EXPECT_EQ(cache->bytes_per_token(), 7 * 1152);  // the paged part only
+  EXPECT_EQ(cache->num_state_slots(), 1);
+  // DeepSeek-like caches have no state.
+  std::vector<LayerCacheSpec> mla(3, deepseek_layer(kernels::KvCacheDtype::kFp8));
+  EXPECT_EQ(KvCache::create(mla, 2, 64)->state_bytes_per_slot(), 0);
+}
+
+TEST(KvCache, StateSlotsAreDistinctAndCopyWholeSlots) {
+  std::vector<LayerCacheSpec> layers = {
+      kda_layer_spec(2, 8), deepseek_layer(kernels::KvCacheDtype::kBf16), kda_layer_spec(3, 4)};
+  Result<KvCache> cache = KvCache::create(layers, 1, 16, 3);
+  ASSERT_TRUE(cache.ok()) << cache.status().to_string();
+  const KdaLayerState a = cache->kda_layer(0), b = cache->kda_layer(2);
+  EXPECT_EQ(a.state(1) - a.state(0), 2 * 8 * 8);
+  EXPECT_EQ(a.conv_rows(2) - a.conv_rows(1), 3 * 3 * 2 * 8);
+  EXPECT_EQ(b.state(2) - b.state(0), 2 * 3 * 4 * 4);
+  // Distinct values in slot 1 of both layers; slots start zeroed.
+  for (const KdaLayerState& s : {a, b}) {
+    for (int64_t i = 0; i < s.layout.state_floats(); ++i) s.state(1)[i] = static_cast<float>(i + 1);
+    for (int64_t i = 0; i < s.layout.conv_elems(); ++i)
+      s.conv_rows(1)[i] = static_cast<uint16_t>(1000 + i);
+  }
+  cache->copy_state_slot(1, 2);
+  for (const KdaLayerState& s : {a, b}) {
+    for (int64_t i = 0; i < s.layout.state_floats(); ++i) {
+      ASSERT_EQ(s.state(2)[i], static_cast<float>(i + 1));
+      ASSERT_EQ(s.state(0)[i], 0.0f);
+    }
+    for (int64_t i = 0; i < s.layout.conv_elems(); ++i) {
+      ASSERT_EQ(s.conv_rows(2)[i], 1000 + i);
+      ASSERT_EQ(s.conv_rows(0)[i], 0);
+    }
+  }
+  cache->copy_state_slot(0, 1);  // back to zeros
+  EXPECT_EQ(a.state(1)[5], 0.0f);
+  EXPECT_EQ(b.conv_rows(1)[7], 0);
+}
+
+TEST(KvCache, RefusesBadStateSlotSizes) {
+  std::vector<LayerCacheSpec> layers = {kda_layer_spec(2, 8)};
+  EXPECT_EQ(KvCache::create(layers, 1, 16).status().message(),
+            "KV cache layer 0: a KDA layer needs num_state_slots > 0, got 0");
+  EXPECT_EQ(KvCache::create(layers, 1, 16, -1).status().message(),
+            "KV cache: num_state_slots -1 out of range");
+  layers[0].kda.head_dim = 0;
+  EXPECT_EQ(KvCache::create(layers, 1, 16, 2).status().message(),
+            "KV cache layer 0: KDA state of 2 heads of 0 with conv width 4 (want all positive)");
+  layers[0] = kda_layer_spec(2, 8);
+  layers[0].mla = {.latent_dim = 512, .rope_dim = 64, .dtype = kernels::KvCacheDtype::kBf16};
+  EXPECT_EQ(KvCache::create(layers, 1, 16, 2).status().message(),
+            "KV cache layer 0: a layer has an MLA cache or a KDA state, not both");
+  layers[0] = kda_layer_spec(1 << 16, 1 << 12);
+  EXPECT_EQ(KvCache::create(layers, 1, 16, 32).status().message(),
+            "KV cache layer 0: 32 state slots of 4402878349312 bytes exceed 70368744177664 bytes");
+}
+
+TEST(KvCacheDeathTest, StateAccessorsCheckTheirArguments) {
+  std::vector<LayerCacheSpec> layers = {kda_layer_spec(2, 8),
+                                        deepseek_layer(kernels::KvCacheDtype::kBf16)};
+  Result<KvCache> cache = KvCache::create(layers, 1, 16, 2);
+  ASSERT_TRUE(cache.ok());
+  EXPECT_DEATH(cache->kda_layer(1), "layer 1 has no KDA state");
+  EXPECT_DEATH(cache->copy_state_slot(0, 2), "state slots 0 -> 2 out of \\[0, 2\\)");
+  EXPECT_DEATH(cache->mla_layer(0), "layer 0 has no MLA cache");
+}
+
 TEST(SequentialBlocks, HandsOutBlocksFromTheTopAndMapsSlots) {
   SequentialBlocks blocks(4, 16);
   ASSERT_TRUE(blocks.reserve(1).ok());

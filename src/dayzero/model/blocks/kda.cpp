@@ -1,0 +1,229 @@
+// KDA block, models.md §4 with the numerics of notes/issue4.md (steps 1–8). The state pool holds
+// FP32 recurrent states and BF16 pre-conv rows; both are reset for a sequence that starts at
+// position 0, so a recycled slot never leaks into a new sequence.
+#include "dayzero/model/blocks/kda.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "dayzero/core/check.h"
+#include "dayzero/formats/codecs.h"
+#include "dayzero/kernels/kda.h"
+#include "dayzero/kernels/norms.h"
+#include "dayzero/kernels/short_conv.h"
+
+namespace dz::model {
+namespace {
+
+// Elementwise loops over tokens run in ranges of this many tokens.
+constexpr int64_t kTokenGrain = 16;
+
+float* take_floats(Arena& scratch, int64_t num_elems) {
+  return reinterpret_cast<float*>(scratch.allocate(static_cast<size_t>(num_elems) * 4).data());
+}
+
+float sigmoid(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
+
+// softplus(f) = log(1 + e^f), linear above 20 (PyTorch's threshold) where log1p(e^f) = f in FP32.
+float softplus(float f) {
+  return f > 20.0f ? f : std::log1p(std::exp(f));
+}
+
+int64_t low_rank_width(const KdaWeights& w) {
+  return std::max(w.f_a_proj.out_features(), w.g_a_proj ? w.g_a_proj->out_features() : 0);
+}
+
+// FP32 buffers of forward(): pre-conv q̂ k̂ v̂ (later the gate logits z and y), q k v, the low-rank
+// intermediate, g, β, the recurrence output.
+int64_t buffer_floats(const KdaConfig& c, const KdaWeights& w, int64_t num_tokens) {
+  const int64_t hd = c.num_heads * c.head_dim;
+  return num_tokens * (8 * hd + low_rank_width(w) + c.num_heads);
+}
+
+void check_linear(const kernels::LinearWeight& w, const char* name, int64_t out, int64_t in) {
+  DZ_CHECK(w.out_features() == out && w.in_features() == in, "KDA {} is [{}, {}], want [{}, {}]",
+           name, w.out_features(), w.in_features(), out, in);
+}
+
+}  // namespace
+
+KdaBlock::KdaBlock(KdaConfig config, KdaWeights weights)
+    : config_(std::move(config)), weights_(std::move(weights)) {
+  const KdaConfig& c = config_;
+  const KdaWeights& w = weights_;
+  const int64_t H = c.num_heads, d = c.head_dim, hd = H * d, hidden = c.hidden_size;
+  DZ_CHECK(H > 0 && d > 0 && hidden > 0 && c.conv_width >= 1 &&
+               c.conv_width <= kernels::kMaxShortConvWidth && c.chunk_size > 0 &&
+               c.chunk_size <= 64,
+           "KDA config: heads {}, head_dim {}, hidden {}, conv width {}, chunk {}", H, d, hidden,
+           c.conv_width, c.chunk_size);
+  check_linear(w.q_proj, "q_proj", hd, hidden);
+  check_linear(w.k_proj, "k_proj", hd, hidden);
+  check_linear(w.v_proj, "v_proj", hd, hidden);
+  for (const auto* conv : {&w.q_conv, &w.k_conv, &w.v_conv})
+    DZ_CHECK(static_cast<int64_t>(conv->size()) == hd * c.conv_width,
+             "KDA conv weight has {} values, want {}", conv->size(), hd * c.conv_width);
+  check_linear(w.f_a_proj, "f_a_proj", w.f_a_proj.out_features(), hidden);
+  check_linear(w.f_b_proj, "f_b_proj", hd, w.f_a_proj.out_features());
+  check_linear(w.b_proj, "b_proj", H, hidden);
+  DZ_CHECK(static_cast<int64_t>(w.a_log.size()) >= H, "KDA A_log has {} values, want >= {}",
+           w.a_log.size(), H);
+  DZ_CHECK(static_cast<int64_t>(w.dt_bias.size()) == hd, "KDA dt_bias has {} values, want {}",
+           w.dt_bias.size(), hd);
+  const bool low_rank = w.g_a_proj.has_value() && w.g_b_proj.has_value();
+  DZ_CHECK(low_rank != w.g_proj.has_value() && w.g_a_proj.has_value() == w.g_b_proj.has_value(),
+           "KDA output gate needs g_a_proj + g_b_proj or g_proj, not both or neither");
+  if (low_rank) {
+    check_linear(*w.g_a_proj, "g_a_proj", w.g_a_proj->out_features(), hidden);
+    check_linear(*w.g_b_proj, "g_b_proj", hd, w.g_a_proj->out_features());
+  } else {
+    check_linear(*w.g_proj, "g_proj", hd, hidden);
+  }
+  DZ_CHECK(static_cast<int64_t>(w.o_norm.size()) == d, "KDA o_norm has {} values, want {}",
+           w.o_norm.size(), d);
+  check_linear(w.o_proj, "o_proj", hidden, hd);
+}
+
+size_t KdaBlock::scratch_bytes(const ExecContext& ctx, int64_t max_tokens) const {
+  const kernels::KdaDims dims{.num_heads = config_.num_heads, .head_dim = config_.head_dim};
+  const size_t chunked = kernels::kda_chunked_scratch_bytes(ctx, dims, config_.chunk_size);
+  // Each chunked call (a sequence of two or more tokens, or any under kChunked) takes its own
+  // workspace from the arena.
+  const int64_t max_chunked_calls = config_.path == KdaPath::kChunked ? max_tokens
+                                    : config_.path == KdaPath::kAuto  ? max_tokens / 2
+                                                                      : 0;
+  return static_cast<size_t>(buffer_floats(config_, weights_, max_tokens)) * 4 +
+         8 * kBufferAlignment +
+         static_cast<size_t>(max_chunked_calls) * (chunked + kBufferAlignment);
+}
+
+void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const float* x,
+                       const KdaLayerState& state, float* out, Arena& scratch, TapSink* taps,
+                       int layer_id) const {
+  const KdaConfig& c = config_;
+  const KdaWeights& w = weights_;
+  const int64_t T = batch.num_tokens(), H = c.num_heads, d = c.head_dim, hd = H * d;
+  const int64_t W = c.conv_width;
+  DZ_CHECK(
+      state.layout.num_heads == H && state.layout.head_dim == d && state.layout.conv_width == W,
+      "KDA state slots hold [{}, {}] width {}, block wants [{}, {}] width {}",
+      state.layout.num_heads, state.layout.head_dim, state.layout.conv_width, H, d, W);
+  if (T == 0) return;
+
+  // 1. q̂, k̂, v̂ = projections rounded to BF16: hat [3, T, H·d].
+  float* hat = take_floats(scratch, 3 * T * hd);
+  const kernels::LinearWeight* proj[3] = {&w.q_proj, &w.k_proj, &w.v_proj};
+  for (int i = 0; i < 3; ++i) proj[i]->forward(ctx, x, T, hat + i * T * hd);
+  kernels::round_to_bf16(hat, 3 * T * hd);
+
+  // 2. q, k, v = SiLU(conv) rounded to BF16, per sequence over its slot's conv rows.
+  float* qkv = take_floats(scratch, 3 * T * hd);
+  const float* conv_w[3] = {w.q_conv.data(), w.k_conv.data(), w.v_conv.data()};
+  for (const SequenceSlice& seq : batch.sequences) {
+    if (seq.num_tokens == 0) continue;
+    DZ_CHECK(seq.state_slot >= 0, "KDA layer {}: sequence at token {} has no state slot", layer_id,
+             seq.token_begin);
+    if (seq.pos_begin == 0) {  // a new sequence: zero state and zero rows before it
+      std::fill_n(state.state(seq.state_slot), state.layout.state_floats(), 0.0f);
+      std::fill_n(state.conv_rows(seq.state_slot), state.layout.conv_elems(), uint16_t{0});
+    }
+    for (int i = 0; i < 3; ++i)
+      kernels::short_conv_silu(ctx, hat + i * T * hd + seq.token_begin * hd, seq.num_tokens, hd,
+                               conv_w[i], W, state.conv_rows(seq.state_slot) + i * (W - 1) * hd,
+                               qkv + i * T * hd + seq.token_begin * hd);
+  }
+  kernels::round_to_bf16(qkv, 3 * T * hd);
+  float* q = qkv;
+  float* k = qkv + T * hd;
+  const float* v = qkv + 2 * T * hd;
+
+  // 3. L2 norm per head, FP32 (not rounded afterwards).
+  parallel_for(ctx, 2 * T * H, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      float* r = qkv + row * d;
+      float sum_squares = 0;
+      for (int64_t i = 0; i < d; ++i) sum_squares += r[i] * r[i];
+      const float norm = std::sqrt(sum_squares + 1e-6f);
+      for (int64_t i = 0; i < d; ++i) r[i] /= norm;
+    }
+  });
+  tap(taps, layer_id, "kda_q", q, Shape{T, hd});
+  tap(taps, layer_id, "kda_k", k, Shape{T, hd});
+  tap(taps, layer_id, "kda_v", v, Shape{T, hd});
+
+  // 4. g = gate(round(f_b(round(f_a(x)))) + dt_bias), FP32.
+  float* low = take_floats(scratch, T * low_rank_width(w));
+  float* g = take_floats(scratch, T * hd);
+  const int64_t r_f = w.f_a_proj.out_features();
+  w.f_a_proj.forward(ctx, x, T, low);
+  kernels::round_to_bf16(low, T * r_f);
+  w.f_b_proj.forward(ctx, low, T, g);
+  kernels::round_to_bf16(g, T * hd);
+  parallel_for(ctx, T, kTokenGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      for (int64_t h = 0; h < H; ++h) {
+        const float decay = std::exp(w.a_log[static_cast<size_t>(h)]);
+        float* gh = g + t * hd + h * d;
+        const float* bias = w.dt_bias.data() + h * d;
+        for (int64_t i = 0; i < d; ++i) {
+          const float f = gh[i] + bias[i];
+          gh[i] =
+              c.gate_lower_bound ? *c.gate_lower_bound * sigmoid(decay * f) : -decay * softplus(f);
+        }
+      }
+    }
+  });
+  tap(taps, layer_id, "kda_g", g, Shape{T, hd});
+
+  // 5. β = σ(round(b_proj(x))), [T, H].
+  float* beta = take_floats(scratch, T * H);
+  w.b_proj.forward(ctx, x, T, beta);
+  for (int64_t i = 0; i < T * H; ++i) beta[i] = sigmoid(formats::round_to_bf16(beta[i]));
+  tap(taps, layer_id, "kda_beta", beta, Shape{T, H});
+
+  // 6. The recurrence per sequence, on its slot's state.
+  float* core = take_floats(scratch, T * hd);
+  const kernels::KdaDims dims{.num_heads = H, .head_dim = d};
+  for (const SequenceSlice& seq : batch.sequences) {
+    if (seq.num_tokens == 0) continue;
+    const int64_t t0 = seq.token_begin;
+    const bool recurrent =
+        c.path == KdaPath::kRecurrent || (c.path == KdaPath::kAuto && seq.num_tokens == 1);
+    float* s = state.state(seq.state_slot);
+    if (recurrent)
+      kernels::kda_recurrent(ctx, dims, q + t0 * hd, k + t0 * hd, v + t0 * hd, g + t0 * hd,
+                             beta + t0 * H, seq.num_tokens, s, core + t0 * hd);
+    else
+      kernels::kda_chunked(ctx, dims, q + t0 * hd, k + t0 * hd, v + t0 * hd, g + t0 * hd,
+                           beta + t0 * H, seq.num_tokens, seq.pos_begin, c.chunk_size, s,
+                           core + t0 * hd, scratch);
+  }
+  tap(taps, layer_id, "kda_core", core, Shape{T, hd});
+
+  // 7. z = output gate logits (into q̂'s rows), y = RMSNorm_d(o_h) ⊙ σ(z_h) rounded (into k̂'s).
+  float* z = hat;
+  float* y = hat + T * hd;
+  if (w.g_proj) {
+    w.g_proj->forward(ctx, x, T, z);
+  } else {
+    const int64_t r_g = w.g_a_proj->out_features();
+    w.g_a_proj->forward(ctx, x, T, low);
+    kernels::round_to_bf16(low, T * r_g);
+    w.g_b_proj->forward(ctx, low, T, z);
+  }
+  kernels::round_to_bf16(z, T * hd);
+  kernels::rms_norm(ctx, core, d, w.o_norm.data(), y, d, T * H, d, c.o_norm_eps);
+  parallel_for(ctx, T, kTokenGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin * hd; i < end * hd; ++i)
+      y[i] = formats::round_to_bf16(y[i] * sigmoid(z[i]));
+  });
+
+  // 8. out = o_proj(y) rounded to BF16.
+  w.o_proj.forward(ctx, y, T, out);
+  kernels::round_to_bf16(out, T * c.hidden_size);
+  tap(taps, layer_id, "attn_out", out, Shape{T, c.hidden_size});
+}
+
+}  // namespace dz::model

@@ -1,0 +1,96 @@
+#pragma once
+// Kimi Delta Attention, models.md §4, with the numerics policy of notes/issue4.md: projections and
+// the conv output rounded to BF16, L2 norm, gate, β and the recurrence in FP32, gated RMSNorm
+// rounded to BF16 before o_proj. The recurrent state and the conv rows live in a slot of the
+// recurrent-state pool (serving.md §1.6, formats.md §5.5), one slot per sequence.
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "dayzero/core/arena.h"
+#include "dayzero/core/parallel.h"
+#include "dayzero/kernels/linear.h"
+#include "dayzero/model/forward_batch.h"
+#include "dayzero/model/taps.h"
+
+namespace dz::model {
+
+// Per-slot state of one KDA layer. num_heads 0: the layer has no KDA state.
+struct KdaStateLayout {
+  int64_t num_heads = 0;
+  int64_t head_dim = 0;    // d_k = d_v
+  int64_t conv_width = 0;  // W
+
+  // H·d·d FP32: [H, d_v, d_k], V-first (formats.md §5.5).
+  int64_t state_floats() const { return num_heads * head_dim * head_dim; }
+  // 3·(W−1)·H·d BF16 codes: [3 (q, k, v)][W−1 rows, oldest first][H·d], the pre-conv rows.
+  int64_t conv_elems() const { return 3 * (conv_width - 1) * num_heads * head_dim; }
+  int64_t slot_bytes() const { return state_floats() * 4 + conv_elems() * 2; }
+};
+
+// Where one KDA layer's slots live (KvCache::kda_layer).
+struct KdaLayerState {
+  KdaStateLayout layout{};
+  float* states = nullptr;   // [num_slots, H, d_v, d_k]
+  uint16_t* conv = nullptr;  // [num_slots, 3, W−1, H·d]
+
+  float* state(int32_t slot) const { return states + slot * layout.state_floats(); }
+  uint16_t* conv_rows(int32_t slot) const { return conv + slot * layout.conv_elems(); }
+};
+
+// kAuto: sequences with exactly one new token run the recurrent kernel, others the chunked one.
+// The forced paths exist for tests and benchmarks; all three compute the same function.
+enum class KdaPath : unsigned char { kAuto, kRecurrent, kChunked };
+
+struct KdaConfig {
+  int64_t hidden_size = 0;
+  int64_t num_heads = 0;
+  int64_t head_dim = 0;
+  int64_t conv_width = 0;                   // short_conv_kernel_size
+  std::optional<float> gate_lower_bound{};  // set: bounded gate lb·σ(e^A·f) (K3); else unbounded
+  float o_norm_eps = 1e-5f;                 // rms_norm_eps
+  int64_t chunk_size = 16;  // chunks aligned to absolute positions (models.md §4.7)
+  KdaPath path = KdaPath::kAuto;
+};
+
+struct KdaWeights {
+  kernels::LinearWeight q_proj{}, k_proj{}, v_proj{};  // [H·d, hidden] each
+  std::vector<float> q_conv{}, k_conv{}, v_conv{};  // [H·d, W] FP32, tap W−1 on the current token
+  kernels::LinearWeight f_a_proj{};                 // [r_f, hidden]
+  kernels::LinearWeight f_b_proj{};                 // [H·d, r_f]
+  kernels::LinearWeight b_proj{};                   // [H, hidden]
+  std::vector<float> a_log{};                       // [≥ H] FP32 (K3 pads to 128; first H used)
+  std::vector<float> dt_bias{};                     // [H·d] FP32, h-major
+  // Output gate: low rank (g_a_proj [r_g, hidden], g_b_proj [H·d, r_g]) or full rank g_proj
+  // [H·d, hidden]; exactly one of the two forms.
+  std::optional<kernels::LinearWeight> g_a_proj{}, g_b_proj{}, g_proj{};
+  std::vector<float> o_norm{};     // [d], shared by all heads
+  kernels::LinearWeight o_proj{};  // [hidden, H·d]
+};
+
+class KdaBlock {
+ public:
+  // Checks the weight shapes against the config (DZ_CHECK: a recipe bug, not a request error).
+  KdaBlock(KdaConfig config, KdaWeights weights);
+
+  const KdaConfig& config() const { return config_; }
+
+  // An upper bound of what forward() takes from `scratch` for a step of at most max_tokens tokens.
+  size_t scratch_bytes(const ExecContext& ctx, int64_t max_tokens) const;
+
+  // x: [T, hidden] normalized layer input (BF16-valued). Each sequence of `batch` reads and
+  // updates the state slot seq.state_slot of `state`; a sequence with pos_begin == 0 starts from
+  // zero state and zero conv rows whatever the slot held. out [T, hidden] = o_proj output rounded
+  // to BF16. Taps (layer_id): kda_q, kda_k, kda_v, kda_g [T, H·d], kda_beta [T, H], kda_core
+  // [T, H·d], attn_out [T, hidden].
+  void forward(const ExecContext& ctx, const ForwardBatch& batch, const float* x,
+               const KdaLayerState& state, float* out, Arena& scratch, TapSink* taps,
+               int layer_id) const;
+
+ private:
+  KdaConfig config_;
+  KdaWeights weights_;
+};
+
+}  // namespace dz::model

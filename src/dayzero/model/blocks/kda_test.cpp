@@ -1,0 +1,570 @@
+// KDA block (kda.h, models.md §4, notes/issue4.md steps 1–8) against a plain per-token reference
+// written here from the steps: linears, conv, norms and the recurrence in FP64, with BF16 rounding
+// at the same points as the engine. Tolerances (relative RMS):
+// - block vs reference: < 1e-4 on outputs, the recurrence output and the final state. The engine
+//   accumulates in FP32 (~1e-7); a value within that distance of a BF16 rounding boundary rounds
+//   the other way (one ulp, 2^-8 relative) for a small fraction of elements, ~3e-5 in RMS.
+// - recurrent vs chunked path on the same inputs: < 1e-5 before the gated norm (both FP32, only the
+//   summation order differs), < 1e-3 after the BF16 rounding of y and of o_proj.
+// - splits of one sequence (prefill + decodes, uneven prefills) vs one prefill: the same bounds,
+//   < 1e-5 on the FP32 state, < 1e-3 on outputs (different token counts pick different linear
+//   and recurrence paths).
+// - slot handling (a new sequence over garbage, copied slots): bitwise equal.
+#include "dayzero/model/blocks/kda.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dayzero/formats/codecs.h"
+#include "dayzero/model/kv_cache.h"
+
+namespace dz::model {
+namespace {
+
+constexpr int64_t kHidden = 96, kHeads = 2, kHeadDim = 32, kWidth = 4, kRank = 16;
+constexpr int64_t kHd = kHeads * kHeadDim;
+constexpr float kEps = 1e-5f;
+
+struct Case {
+  bool bounded = false;   // K3 gate lb·σ(e^A·f), else −e^A·softplus(f)
+  bool low_rank = true;   // g_a/g_b output gate, else g_proj
+  float dt_shift = 0.0f;  // added to dt_bias (drives the gate to its extremes)
+  float a_log_lo = -4.0f, a_log_hi = 0.5f;
+};
+
+// The weights as dense FP32 (BF16-valued for linears), for the reference.
+struct Dense {
+  Case c;
+  std::vector<float> q, k, v, q_conv, k_conv, v_conv, f_a, f_b, b, a_log, dt_bias, g_a, g_b, g,
+      o_norm, o;
+};
+
+std::vector<float> random_values(std::mt19937& rng, int64_t n, float stddev, bool bf16) {
+  std::normal_distribution<float> normal(0.0f, stddev);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& e : v) e = bf16 ? formats::round_to_bf16(normal(rng)) : normal(rng);
+  return v;
+}
+
+std::vector<float> random_linear(std::mt19937& rng, int64_t out, int64_t in) {
+  return random_values(rng, out * in, 1.0f / std::sqrt(static_cast<float>(in)), true);
+}
+
+Dense make_dense(const Case& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Dense w;
+  w.c = c;
+  w.q = random_linear(rng, kHd, kHidden);
+  w.k = random_linear(rng, kHd, kHidden);
+  w.v = random_linear(rng, kHd, kHidden);
+  w.q_conv = random_values(rng, kHd * kWidth, 0.6f, false);
+  w.k_conv = random_values(rng, kHd * kWidth, 0.6f, false);
+  w.v_conv = random_values(rng, kHd * kWidth, 0.6f, false);
+  w.f_a = random_linear(rng, kRank, kHidden);
+  w.f_b = random_linear(rng, kHd, kRank);
+  w.b = random_linear(rng, kHeads, kHidden);
+  std::uniform_real_distribution<float> a_log(c.a_log_lo, c.a_log_hi);
+  for (int64_t h = 0; h < kHeads + 2; ++h) w.a_log.push_back(a_log(rng));  // padded like K3
+  w.dt_bias = random_values(rng, kHd, 0.5f, false);
+  for (auto& e : w.dt_bias) e += c.dt_shift;
+  if (c.low_rank) {
+    w.g_a = random_linear(rng, kRank, kHidden);
+    w.g_b = random_linear(rng, kHd, kRank);
+  } else {
+    w.g = random_linear(rng, kHd, kHidden);
+  }
+  w.o_norm = random_values(rng, kHeadDim, 0.2f, false);
+  for (auto& e : w.o_norm) e += 1.0f;
+  w.o = random_linear(rng, kHidden, kHd);
+  return w;
+}
+
+kernels::LinearWeight linear(const std::vector<float>& w, int64_t out, int64_t in) {
+  return kernels::LinearWeight::from_f32_as_bf16(w.data(), out, in);
+}
+
+KdaWeights make_weights(const Dense& w) {
+  KdaWeights kw{.q_proj = linear(w.q, kHd, kHidden),
+                .k_proj = linear(w.k, kHd, kHidden),
+                .v_proj = linear(w.v, kHd, kHidden),
+                .q_conv = w.q_conv,
+                .k_conv = w.k_conv,
+                .v_conv = w.v_conv,
+                .f_a_proj = linear(w.f_a, kRank, kHidden),
+                .f_b_proj = linear(w.f_b, kHd, kRank),
+                .b_proj = linear(w.b, kHeads, kHidden),
+                .a_log = w.a_log,
+                .dt_bias = w.dt_bias,
+                .g_a_proj = {},
+                .g_b_proj = {},
+                .g_proj = {},
+                .o_norm = w.o_norm,
+                .o_proj = linear(w.o, kHidden, kHd)};
+  if (w.c.low_rank) {
+    kw.g_a_proj = linear(w.g_a, kRank, kHidden);
+    kw.g_b_proj = linear(w.g_b, kHd, kRank);
+  } else {
+    kw.g_proj = linear(w.g, kHd, kHidden);
+  }
+  return kw;
+}
+
+KdaConfig make_config(const Dense& w, KdaPath path) {
+  KdaConfig config{.hidden_size = kHidden,
+                   .num_heads = kHeads,
+                   .head_dim = kHeadDim,
+                   .conv_width = kWidth,
+                   .gate_lower_bound = {},
+                   .o_norm_eps = kEps,
+                   .chunk_size = 16,
+                   .path = path};
+  if (w.c.bounded) config.gate_lower_bound = -5.0f;
+  return config;
+}
+
+KdaBlock make_block(const Dense& w, KdaPath path = KdaPath::kAuto) {
+  return KdaBlock(make_config(w, path), make_weights(w));
+}
+
+// ---- The reference: steps 1–8 per token, FP64, BF16 rounding where the policy rounds. ----
+
+float bf16(double x) {
+  return formats::round_to_bf16(static_cast<float>(x));
+}
+double sigmoid(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
+
+std::vector<float> matvec_bf16(const std::vector<float>& w, int64_t out, int64_t in,
+                               const float* x) {
+  std::vector<float> y(static_cast<size_t>(out));
+  for (int64_t o = 0; o < out; ++o) {
+    double sum = 0;
+    for (int64_t i = 0; i < in; ++i) sum += static_cast<double>(w[o * in + i]) * x[i];
+    y[static_cast<size_t>(o)] = bf16(sum);
+  }
+  return y;
+}
+
+struct RefSlot {
+  std::vector<double> state = std::vector<double>(kHeads * kHeadDim * kHeadDim, 0.0);  // V-first
+  std::vector<float> conv = std::vector<float>(3 * (kWidth - 1) * kHd, 0.0f);  // [3][W−1][H·d]
+};
+
+// One sequence's tokens x [n, hidden] continuing from `slot`; out [n, hidden], core [n, H·d].
+void reference(const Dense& w, const float* x, int64_t n, RefSlot& slot, std::vector<float>& out,
+               std::vector<float>& core) {
+  const std::vector<float>* proj[3] = {&w.q, &w.k, &w.v};
+  const std::vector<float>* conv_w[3] = {&w.q_conv, &w.k_conv, &w.v_conv};
+  const double sc = 1.0 / std::sqrt(static_cast<double>(kHeadDim));
+  for (int64_t t = 0; t < n; ++t) {
+    const float* xt = x + t * kHidden;
+    std::vector<double> qkv[3];
+    for (int i = 0; i < 3; ++i) {  // steps 1–2
+      const std::vector<float> hat = matvec_bf16(*proj[i], kHd, kHidden, xt);
+      float* rows = slot.conv.data() + i * (kWidth - 1) * kHd;
+      for (int64_t ch = 0; ch < kHd; ++ch) {
+        double acc = 0;
+        for (int64_t j = 0; j < kWidth; ++j) {
+          const float xp = j < kWidth - 1 ? rows[j * kHd + ch] : hat[static_cast<size_t>(ch)];
+          acc += static_cast<double>((*conv_w[i])[ch * kWidth + j]) * xp;
+        }
+        qkv[i].push_back(bf16(acc * sigmoid(acc)));
+      }
+      for (int64_t j = 0; j + 1 < kWidth - 1; ++j)
+        std::copy_n(rows + (j + 1) * kHd, kHd, rows + j * kHd);
+      if (kWidth > 1) std::copy_n(hat.data(), kHd, rows + (kWidth - 2) * kHd);
+    }
+    for (int i = 0; i < 2; ++i) {  // step 3
+      for (int64_t h = 0; h < kHeads; ++h) {
+        double sum = 0;
+        for (int64_t e = 0; e < kHeadDim; ++e)
+          sum += qkv[i][h * kHeadDim + e] * qkv[i][h * kHeadDim + e];
+        for (int64_t e = 0; e < kHeadDim; ++e) qkv[i][h * kHeadDim + e] /= std::sqrt(sum + 1e-6);
+      }
+    }
+    const std::vector<float> fa = matvec_bf16(w.f_a, kRank, kHidden, xt);  // step 4
+    const std::vector<float> fb = matvec_bf16(w.f_b, kHd, kRank, fa.data());
+    const std::vector<float> b = matvec_bf16(w.b, kHeads, kHidden, xt);  // step 5
+    std::vector<float> z;                                                // step 7's logits
+    if (w.c.low_rank) {
+      const std::vector<float> ga = matvec_bf16(w.g_a, kRank, kHidden, xt);
+      z = matvec_bf16(w.g_b, kHd, kRank, ga.data());
+    } else {
+      z = matvec_bf16(w.g, kHd, kHidden, xt);
+    }
+    std::vector<float> y(static_cast<size_t>(kHd));
+    for (int64_t h = 0; h < kHeads; ++h) {
+      const double a = std::exp(static_cast<double>(w.a_log[static_cast<size_t>(h)]));
+      const double beta = sigmoid(b[static_cast<size_t>(h)]);
+      double* s = slot.state.data() + h * kHeadDim * kHeadDim;  // [d_v, d_k]
+      const double* q = qkv[0].data() + h * kHeadDim;
+      const double* k = qkv[1].data() + h * kHeadDim;
+      const double* v = qkv[2].data() + h * kHeadDim;
+      std::vector<double> decay(static_cast<size_t>(kHeadDim));
+      for (int64_t e = 0; e < kHeadDim; ++e) {
+        const double f = static_cast<double>(fb[h * kHeadDim + e]) + w.dt_bias[h * kHeadDim + e];
+        const double g =
+            w.c.bounded ? -5.0 * sigmoid(a * f) : -a * (f > 20 ? f : std::log1p(std::exp(f)));
+        decay[static_cast<size_t>(e)] = std::exp(g);
+      }
+      std::vector<double> o(static_cast<size_t>(kHeadDim));
+      for (int64_t dv = 0; dv < kHeadDim; ++dv) {  // step 6, row dv of the V-first state
+        double* row = s + dv * kHeadDim;
+        double sk = 0;
+        for (int64_t dk = 0; dk < kHeadDim; ++dk) {
+          row[dk] *= decay[static_cast<size_t>(dk)];
+          sk += row[dk] * k[dk];
+        }
+        const double u = beta * (v[dv] - sk);
+        double sq = 0;
+        for (int64_t dk = 0; dk < kHeadDim; ++dk) {
+          row[dk] += k[dk] * u;
+          sq += row[dk] * q[dk];
+        }
+        o[static_cast<size_t>(dv)] = sc * sq;
+        core.push_back(static_cast<float>(o[static_cast<size_t>(dv)]));
+      }
+      double ms = 0;  // step 7
+      for (double e : o) ms += e * e;
+      const double inv_rms = 1.0 / std::sqrt(ms / kHeadDim + kEps);
+      for (int64_t e = 0; e < kHeadDim; ++e)
+        y[static_cast<size_t>(h * kHeadDim + e)] =
+            bf16(w.o_norm[static_cast<size_t>(e)] * o[e] * inv_rms * sigmoid(z[h * kHeadDim + e]));
+    }
+    const std::vector<float> ot = matvec_bf16(w.o, kHidden, kHd, y.data());  // step 8
+    out.insert(out.end(), ot.begin(), ot.end());
+  }
+}
+
+// ---- Running the block. ----
+
+class Taps : public TapSink {
+ public:
+  void on_tap(int, std::string_view name, const float* data, const Shape& shape) override {
+    values[std::string(name)].assign(data, data + shape.num_elems());
+    shapes[std::string(name)] = shape;
+  }
+  std::map<std::string, std::vector<float>> values;
+  std::map<std::string, Shape> shapes;
+};
+
+struct Seq {
+  int64_t pos_begin = 0;
+  int64_t num_tokens = 0;
+  int32_t slot = 0;
+};
+
+// x [Σ num_tokens, hidden], the sequences' rows one after another.
+std::vector<float> run(const KdaBlock& block, const KdaLayerState& state, const float* x,
+                       const std::vector<Seq>& seqs, Taps* taps = nullptr) {
+  std::vector<int32_t> token_ids, positions;
+  std::vector<int64_t> slot_mapping;
+  ForwardBatch batch;
+  for (const Seq& s : seqs) {
+    batch.sequences.push_back(SequenceSlice{.token_begin = static_cast<int64_t>(token_ids.size()),
+                                            .num_tokens = s.num_tokens,
+                                            .pos_begin = s.pos_begin,
+                                            .block_table = {},
+                                            .state_slot = s.slot});
+    for (int64_t i = 0; i < s.num_tokens; ++i) {
+      token_ids.push_back(1);
+      positions.push_back(static_cast<int32_t>(s.pos_begin + i));
+      slot_mapping.push_back(-1);
+    }
+  }
+  batch.token_ids = token_ids;
+  batch.positions = positions;
+  batch.slot_mapping = slot_mapping;
+  const int64_t T = batch.num_tokens();
+  const ExecContext ctx{.num_threads = 2};
+  Arena arena(block.scratch_bytes(ctx, T));
+  std::vector<float> out(static_cast<size_t>(T * kHidden));
+  block.forward(ctx, batch, x, state, out.data(), arena, taps, 3);
+  return out;
+}
+
+KvCache make_cache(int64_t num_slots) {
+  const std::vector<LayerCacheSpec> layers = {
+      {.kda = {.num_heads = kHeads, .head_dim = kHeadDim, .conv_width = kWidth}}};
+  Result<KvCache> cache = KvCache::create(layers, 1, 16, num_slots);
+  EXPECT_TRUE(cache.ok()) << cache.status().to_string();
+  return std::move(cache).value();
+}
+
+std::vector<float> random_x(uint32_t seed, int64_t n) {
+  std::mt19937 rng(seed);
+  return random_values(rng, n * kHidden, 1.0f, true);
+}
+
+double rel_rms(const std::vector<float>& ref, const std::vector<float>& out) {
+  EXPECT_EQ(ref.size(), out.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size() && i < out.size(); ++i) {
+    num += (static_cast<double>(ref[i]) - out[i]) * (static_cast<double>(ref[i]) - out[i]);
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+std::vector<float> state_of(const KdaLayerState& state, int32_t slot) {
+  const float* s = state.state(slot);
+  return {s, s + state.layout.state_floats()};
+}
+
+std::vector<float> conv_of(const KdaLayerState& state, int32_t slot) {
+  std::vector<float> rows;
+  for (int64_t i = 0; i < state.layout.conv_elems(); ++i)
+    rows.push_back(formats::decode_bf16(state.conv_rows(slot)[i]));
+  return rows;
+}
+
+std::vector<float> to_float(const std::vector<double>& v) {
+  return {v.begin(), v.end()};
+}
+
+std::vector<float> concat(std::vector<float> a, const std::vector<float>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// One sequence of 37 tokens (chunks 16, 16, 5), then 21 more continuing it (first chunk 11 rows),
+// against the reference: outputs, recurrence output, taps' shapes, final state and conv rows.
+void expect_matches_reference(const Case& c, uint32_t seed) {
+  const Dense w = make_dense(c, seed);
+  const KdaBlock block = make_block(w);
+  KvCache cache = make_cache(3);
+  const KdaLayerState state = cache.kda_layer(0);
+  const std::vector<float> x = random_x(seed + 1, 58);
+  RefSlot ref_slot;
+  std::vector<float> ref_out, ref_core;
+  reference(w, x.data(), 58, ref_slot, ref_out, ref_core);
+
+  Taps taps;
+  std::vector<float> out =
+      run(block, state, x.data(), {{.pos_begin = 0, .num_tokens = 37, .slot = 2}}, &taps);
+  std::vector<float> core = taps.values["kda_core"];
+  EXPECT_EQ(taps.shapes["kda_q"], Shape({37, kHd}));
+  EXPECT_EQ(taps.shapes["kda_g"], Shape({37, kHd}));
+  EXPECT_EQ(taps.shapes["kda_beta"], Shape({37, kHeads}));
+  EXPECT_EQ(taps.shapes["attn_out"], Shape({37, kHidden}));
+  EXPECT_EQ(taps.values["attn_out"], out);
+  out = concat(out, run(block, state, x.data() + 37 * kHidden,
+                        {{.pos_begin = 37, .num_tokens = 21, .slot = 2}}, &taps));
+  core = concat(core, taps.values["kda_core"]);
+  EXPECT_LT(rel_rms(ref_out, out), 1e-4);
+  EXPECT_LT(rel_rms(ref_core, core), 1e-4);
+  EXPECT_LT(rel_rms(to_float(ref_slot.state), state_of(state, 2)), 1e-4);
+  EXPECT_LT(rel_rms(ref_slot.conv, conv_of(state, 2)), 1e-4);
+  for (float g : taps.values["kda_g"]) {
+    ASSERT_LE(g, 0.0f);
+    if (c.bounded) {
+      ASSERT_GE(g, -5.0f);  // σ rounds to 1 in FP32 once e^A·f > ~17
+    }
+  }
+}
+
+TEST(KdaBlock, UnboundedGateLowRankOutputGateMatchesReference) {
+  expect_matches_reference({.bounded = false, .low_rank = true}, 11);
+}
+TEST(KdaBlock, UnboundedGateFullRankOutputGateMatchesReference) {
+  expect_matches_reference({.bounded = false, .low_rank = false}, 12);
+}
+TEST(KdaBlock, BoundedGateFullRankOutputGateMatchesReference) {
+  expect_matches_reference({.bounded = true, .low_rank = false}, 13);
+}
+TEST(KdaBlock, BoundedGateLowRankOutputGateMatchesReference) {
+  expect_matches_reference({.bounded = true, .low_rank = true}, 14);
+}
+
+// f ≈ 30 everywhere: σ(e^A·f) ≈ 1, so g ≈ −5 per token and Γ reaches −80 within a chunk; with the
+// unbounded gate and A_log up to ln 16, g ≈ −480 per token. Outputs stay finite and accurate.
+TEST(KdaBlock, SaturatedBoundedGateStaysFiniteAndAccurate) {
+  expect_matches_reference(
+      {.bounded = true, .low_rank = false, .dt_shift = 30.0f, .a_log_lo = 0.0f, .a_log_hi = 2.77f},
+      15);
+  const Dense w = make_dense(
+      {.bounded = true, .low_rank = false, .dt_shift = 30.0f, .a_log_lo = 0.0f, .a_log_hi = 2.77f},
+      15);
+  KvCache cache = make_cache(1);
+  Taps taps;
+  const std::vector<float> x = random_x(16, 40);
+  const std::vector<float> out = run(make_block(w), cache.kda_layer(0), x.data(),
+                                     {{.pos_begin = 0, .num_tokens = 40, .slot = 0}}, &taps);
+  for (float g : taps.values["kda_g"]) ASSERT_NEAR(g, -5.0f, 0.05f);
+  for (float e : out) ASSERT_TRUE(std::isfinite(e));
+}
+TEST(KdaBlock, SaturatedUnboundedGateStaysFiniteAndAccurate) {
+  expect_matches_reference(
+      {.bounded = false, .low_rank = true, .dt_shift = 30.0f, .a_log_lo = 2.0f, .a_log_hi = 2.77f},
+      17);
+}
+
+// The same inputs through a block forced to the recurrent kernel and one forced to the chunked one.
+TEST(KdaBlock, RecurrentPathEqualsChunkedPath) {
+  for (bool bounded : {false, true}) {
+    const Dense w = make_dense({.bounded = bounded, .low_rank = !bounded}, 21);
+    const std::vector<float> x = random_x(22, 45);
+    std::vector<float> outs[2], cores[2], states[2];
+    int i = 0;
+    for (KdaPath path : {KdaPath::kRecurrent, KdaPath::kChunked}) {
+      KvCache cache = make_cache(1);
+      Taps taps;
+      // A prefill of 20 then one of 25 starting mid-chunk.
+      outs[i] = run(make_block(w, path), cache.kda_layer(0), x.data(),
+                    {{.pos_begin = 0, .num_tokens = 20, .slot = 0}}, &taps);
+      cores[i] = taps.values["kda_core"];
+      outs[i] =
+          concat(outs[i], run(make_block(w, path), cache.kda_layer(0), x.data() + 20 * kHidden,
+                              {{.pos_begin = 20, .num_tokens = 25, .slot = 0}}, &taps));
+      cores[i] = concat(cores[i], taps.values["kda_core"]);
+      states[i] = state_of(cache.kda_layer(0), 0);
+      ++i;
+    }
+    EXPECT_LT(rel_rms(cores[0], cores[1]), 1e-5) << "bounded " << bounded;
+    EXPECT_LT(rel_rms(states[0], states[1]), 1e-5) << "bounded " << bounded;
+    EXPECT_LT(rel_rms(outs[0], outs[1]), 1e-3) << "bounded " << bounded;
+  }
+}
+
+// Runs x [n, hidden] as one sequence split into forward calls of the given sizes; returns the
+// concatenated outputs, the final state and conv rows.
+struct SplitRun {
+  std::vector<float> out, state, conv;
+};
+SplitRun run_split(const KdaBlock& block, const float* x, const std::vector<int64_t>& sizes) {
+  KvCache cache = make_cache(2);
+  const KdaLayerState state = cache.kda_layer(0);
+  SplitRun result;
+  int64_t pos = 0;
+  for (int64_t n : sizes) {
+    result.out = concat(result.out, run(block, state, x + pos * kHidden,
+                                        {{.pos_begin = pos, .num_tokens = n, .slot = 1}}));
+    pos += n;
+  }
+  result.state = state_of(state, 1);
+  result.conv = conv_of(state, 1);
+  return result;
+}
+
+void expect_same_run(const SplitRun& a, const SplitRun& b) {
+  EXPECT_LT(rel_rms(a.out, b.out), 1e-3);
+  EXPECT_LT(rel_rms(a.state, b.state), 1e-5);
+  EXPECT_LT(rel_rms(a.conv, b.conv), 1e-3);
+}
+
+TEST(KdaBlock, PrefillThenDecodesEqualsOnePrefill) {
+  const Dense w = make_dense({.bounded = false, .low_rank = true}, 31);
+  const KdaBlock block = make_block(w);
+  const std::vector<float> x = random_x(32, 40);
+  std::vector<int64_t> sizes = {29};
+  for (int i = 0; i < 11; ++i) sizes.push_back(1);
+  expect_same_run(run_split(block, x.data(), {40}), run_split(block, x.data(), sizes));
+}
+
+TEST(KdaBlock, UnevenPrefillSplitsEqualOnePrefill) {
+  const Dense w = make_dense({.bounded = true, .low_rank = false}, 33);
+  const KdaBlock block = make_block(w);
+  const std::vector<float> x = random_x(34, 40);
+  // 7 then 24 tokens: chunk boundaries at 16 and 32 fall inside both calls.
+  expect_same_run(run_split(block, x.data(), {40}), run_split(block, x.data(), {7, 24, 9}));
+}
+
+// Two sequences in one batch: A new (pos_begin 0) in slot 1, B continuing a 13-token prefix in
+// slot 3; each equals the same sequence run alone.
+TEST(KdaBlock, TwoSequencesInOneBatchUseTheirOwnSlots) {
+  const Dense w = make_dense({.bounded = false, .low_rank = true}, 41);
+  const KdaBlock block = make_block(w);
+  const std::vector<float> xa = random_x(42, 20), xb = random_x(43, 31);
+  for (int64_t b_tokens : {int64_t{1}, int64_t{18}}) {
+    KvCache cache = make_cache(4);
+    const KdaLayerState state = cache.kda_layer(0);
+    run(block, state, xb.data(), {{.pos_begin = 0, .num_tokens = 13, .slot = 3}});
+    std::vector<float> x = concat(
+        xa, std::vector<float>(xb.begin() + 13 * kHidden, xb.begin() + (13 + b_tokens) * kHidden));
+    const std::vector<float> out = run(block, state, x.data(),
+                                       {{.pos_begin = 0, .num_tokens = 20, .slot = 1},
+                                        {.pos_begin = 13, .num_tokens = b_tokens, .slot = 3}});
+
+    KvCache alone = make_cache(4);
+    const KdaLayerState alone_state = alone.kda_layer(0);
+    const std::vector<float> out_a =
+        run(block, alone_state, xa.data(), {{.pos_begin = 0, .num_tokens = 20, .slot = 0}});
+    run(block, alone_state, xb.data(), {{.pos_begin = 0, .num_tokens = 13, .slot = 2}});
+    const std::vector<float> out_b = run(block, alone_state, xb.data() + 13 * kHidden,
+                                         {{.pos_begin = 13, .num_tokens = b_tokens, .slot = 2}});
+    EXPECT_LT(rel_rms(concat(out_a, out_b), out), 1e-3) << b_tokens;
+    EXPECT_LT(rel_rms(state_of(alone_state, 0), state_of(state, 1)), 1e-5) << b_tokens;
+    EXPECT_LT(rel_rms(state_of(alone_state, 2), state_of(state, 3)), 1e-5) << b_tokens;
+    EXPECT_EQ(conv_of(alone_state, 2), conv_of(state, 3)) << b_tokens;
+    // Slots 0 and 2 of the batched cache were never used.
+    EXPECT_EQ(state_of(state, 0),
+              std::vector<float>(static_cast<size_t>(state.layout.state_floats()), 0.0f));
+    EXPECT_EQ(state_of(state, 2),
+              std::vector<float>(static_cast<size_t>(state.layout.state_floats()), 0.0f));
+  }
+}
+
+TEST(KdaBlock, NewSequenceIgnoresGarbageInItsSlot) {
+  const Dense w = make_dense({.bounded = true, .low_rank = true}, 51);
+  const KdaBlock block = make_block(w);
+  const std::vector<float> x = random_x(52, 23);
+  KvCache clean = make_cache(1), dirty = make_cache(1);
+  const KdaLayerState dirty_state = dirty.kda_layer(0);
+  std::mt19937 rng(53);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (int64_t i = 0; i < dirty_state.layout.state_floats(); ++i)
+    dirty_state.states[i] = normal(rng);
+  for (int64_t i = 0; i < dirty_state.layout.conv_elems(); ++i)
+    dirty_state.conv[i] = formats::encode_bf16(normal(rng));
+  for (int64_t n : {int64_t{23}, int64_t{1}}) {
+    const std::vector<float> a =
+        run(block, clean.kda_layer(0), x.data(), {{.pos_begin = 0, .num_tokens = n, .slot = 0}});
+    const std::vector<float> b =
+        run(block, dirty_state, x.data(), {{.pos_begin = 0, .num_tokens = n, .slot = 0}});
+    EXPECT_EQ(a, b) << n;
+    EXPECT_EQ(state_of(clean.kda_layer(0), 0), state_of(dirty_state, 0)) << n;
+    EXPECT_EQ(conv_of(clean.kda_layer(0), 0), conv_of(dirty_state, 0)) << n;
+  }
+}
+
+TEST(KdaBlock, ContinuingFromACopiedSlotEqualsContinuingTheOriginal) {
+  const Dense w = make_dense({.bounded = false, .low_rank = false}, 61);
+  const KdaBlock block = make_block(w);
+  const std::vector<float> x = random_x(62, 30);
+  KvCache cache = make_cache(4);
+  const KdaLayerState state = cache.kda_layer(0);
+  run(block, state, x.data(), {{.pos_begin = 0, .num_tokens = 19, .slot = 1}});
+  cache.copy_state_slot(1, 3);
+  for (int64_t n : {int64_t{11}, int64_t{1}}) {
+    const std::vector<float> a =
+        run(block, state, x.data() + 19 * kHidden, {{.pos_begin = 19, .num_tokens = n, .slot = 1}});
+    const std::vector<float> b =
+        run(block, state, x.data() + 19 * kHidden, {{.pos_begin = 19, .num_tokens = n, .slot = 3}});
+    EXPECT_EQ(a, b) << n;
+    EXPECT_EQ(state_of(state, 1), state_of(state, 3)) << n;
+    EXPECT_EQ(conv_of(state, 1), conv_of(state, 3)) << n;
+    cache.copy_state_slot(3, 1);  // both back to the same state for the next length
+  }
+}
+
+TEST(KdaBlockDeathTest, RefusesTwoOutputGatesAndWrongShapes) {
+  const Dense w = make_dense({.bounded = false, .low_rank = false}, 71);
+  KdaWeights both = make_weights(w);
+  both.g_a_proj = linear(w.g, kRank, kHidden);
+  both.g_b_proj = linear(w.g, kHd, kRank);
+  EXPECT_DEATH(KdaBlock(make_config(w, KdaPath::kAuto), std::move(both)),
+               "KDA output gate needs g_a_proj \\+ g_b_proj or g_proj, not both or neither");
+  KdaWeights short_bias = make_weights(w);
+  short_bias.dt_bias.pop_back();
+  EXPECT_DEATH(KdaBlock(make_config(w, KdaPath::kAuto), std::move(short_bias)),
+               "KDA dt_bias has 63 values, want 64");
+}
+
+}  // namespace
+}  // namespace dz::model
