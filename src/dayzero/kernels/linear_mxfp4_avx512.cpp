@@ -28,6 +28,15 @@ inline __m512bh as_bh(__m512i v) {
   return (__m512bh)v;  // same bits, BF16 lanes
 }
 
+// Loops over rows and tokens must be unrolled so that the accumulators stay in registers.
+#if defined(__clang__)
+#define DZ_MXFP4_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__)
+#define DZ_MXFP4_UNROLL _Pragma("GCC unroll 8")
+#else
+#define DZ_MXFP4_UNROLL
+#endif
+
 // Software prefetch distance in bytes ahead of each row's current pair of blocks.
 constexpr int64_t kPrefetchBytes = 512;
 
@@ -43,39 +52,63 @@ inline void gemv_row_group(const uint8_t* packed, const uint8_t* scales, int64_t
   const int64_t row_bytes = in / 2, num_blocks = in / 32, num_pairs = num_blocks / 2;
   const __m512i table = _mm512_load_si512(kE2m1Bf16.data());
   const float* scale_values = formats::kE8m0Values.data();
+  const uint8_t* w_rows = packed + row * row_bytes;
+  const uint8_t* s_rows = scales + row * num_blocks;
   __m512 total[kRows][kTokens];
-  for (auto& r : total)
-    for (auto& v : r) v = _mm512_setzero_ps();
+  DZ_MXFP4_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    DZ_MXFP4_UNROLL
+    for (int t = 0; t < kTokens; ++t) total[r][t] = _mm512_setzero_ps();
+  }
+  // One pair of blocks of every row; `lone`: a last single block (16 bytes, one scale).
   const auto step = [&](int64_t p, bool lone) {
+    __m512i xe[kTokens], xo[kTokens];
+    DZ_MXFP4_UNROLL
+    for (int t = 0; t < kTokens; ++t) {
+      xe[t] = _mm512_load_si512(x + t * x_elems + 64 * p);
+      xo[t] = _mm512_load_si512(x + t * x_elems + 64 * p + 32);
+    }
+    DZ_MXFP4_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      const uint8_t* w = packed + (row + r) * row_bytes + 32 * p;
-      const uint8_t* s = scales + (row + r) * num_blocks + 2 * p;
+      const uint8_t* w = w_rows + r * row_bytes + 32 * p;
+      const uint8_t* s = s_rows + r * num_blocks + 2 * p;
       __m512i codes;
       __m512 scale;
       if (lone) {
         codes = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(0xFFFF, w));
         scale = _mm512_maskz_mov_ps(0x00FF, _mm512_set1_ps(scale_values[s[0]]));
       } else {
-        _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchBytes), _MM_HINT_T0);
         codes = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)));
         scale = _mm512_mask_mov_ps(_mm512_set1_ps(scale_values[s[0]]), 0xFF00,
                                    _mm512_set1_ps(scale_values[s[1]]));
       }
       const __m512i even = _mm512_permutexvar_epi16(codes, table);
       const __m512i odd = _mm512_permutexvar_epi16(_mm512_srli_epi16(codes, 4), table);
+      DZ_MXFP4_UNROLL
       for (int t = 0; t < kTokens; ++t) {
-        const uint16_t* xt = x + t * x_elems + 64 * p;
-        __m512 dot =
-            _mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(even), as_bh(_mm512_load_si512(xt)));
-        dot = _mm512_dpbf16_ps(dot, as_bh(odd), as_bh(_mm512_load_si512(xt + 32)));
+        __m512 dot = _mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(even), as_bh(xe[t]));
+        dot = _mm512_dpbf16_ps(dot, as_bh(odd), as_bh(xo[t]));
         total[r][t] = _mm512_fmadd_ps(dot, scale, total[r][t]);
       }
     }
   };
-  for (int64_t p = 0; p < num_pairs; ++p) step(p, false);
+  int64_t p = 0;
+  for (; p + 2 <= num_pairs; p += 2) {
+    // One cache line of every row per iteration, prefetched once.
+    DZ_MXFP4_UNROLL
+    for (int r = 0; r < kRows; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(w_rows + r * row_bytes + 32 * p + kPrefetchBytes),
+                   _MM_HINT_T0);
+    step(p, false);
+    step(p + 1, false);
+  }
+  if (p < num_pairs) step(p, false);
   if (num_blocks % 2 != 0) step(num_pairs, true);
-  for (int r = 0; r < kRows; ++r)
+  DZ_MXFP4_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    DZ_MXFP4_UNROLL
     for (int t = 0; t < kTokens; ++t) y[t * y_stride + row + r] = _mm512_reduce_add_ps(total[r][t]);
+  }
 }
 
 template <int kTokens>

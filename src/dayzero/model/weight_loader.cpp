@@ -82,6 +82,7 @@ WeightLoader::WeightLoader(const formats::Checkpoint& checkpoint,
     fp8_block_rows_ = quant.block_rows;
     fp8_block_cols_ = quant.block_cols;
   }
+  mxfp4_packed_ = quant.method == formats::QuantMethod::kMxfp4CompressedTensors;
 }
 
 Result<formats::CheckpointTensor> WeightLoader::find(const std::string& name) const {
@@ -101,7 +102,29 @@ TensorView WeightLoader::aligned_view(const formats::CheckpointTensor& tensor,
   return TensorView(copy.data(), view.dtype(), view.shape());
 }
 
+Result<kernels::LinearWeight> WeightLoader::mxfp4_linear(const std::string& module) const {
+  const std::string packed_name = module + ".weight_packed";
+  const std::string scale_name = module + ".weight_scale";
+  if (!mxfp4_packed_)
+    return tensor_error(StatusCode::kUnsupported, packed_name,
+                        "packed MXFP4 weights need a compressed-tensors mxfp4-pack-quantized "
+                        "quantization_config");
+  for (const char* other : {".weight_global_scale", ".weight_zero_point"})
+    if (checkpoint_.find(module + other))
+      return tensor_error(StatusCode::kUnsupported, module + other,
+                          "MXFP4 with a global scale or zero point is another scheme (NVFP4, "
+                          "asymmetric); not supported");
+  DZ_ASSIGN_OR_RETURN(formats::CheckpointTensor packed, find(packed_name));
+  DZ_ASSIGN_OR_RETURN(formats::CheckpointTensor scale, find(scale_name));
+  std::vector<std::byte> packed_copy, scale_copy;
+  Result<kernels::LinearWeight> linear = kernels::LinearWeight::from_mxfp4(
+      aligned_view(packed, packed_copy), aligned_view(scale, scale_copy));
+  if (!linear.ok()) return linear.status().with_context(fmt::format("tensor \"{}\"", packed_name));
+  return linear;
+}
+
 Result<kernels::LinearWeight> WeightLoader::linear(const std::string& module) const {
+  if (checkpoint_.find(module + ".weight_packed")) return mxfp4_linear(module);
   const std::string weight_name = module + ".weight";
   DZ_ASSIGN_OR_RETURN(formats::CheckpointTensor weight, find(weight_name));
   if (weight.info->shape.rank() != 2)

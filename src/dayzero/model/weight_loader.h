@@ -46,6 +46,9 @@ class WeightLoader {
 
   // `<module>.weight`: FP8 block-scaled when it is F8_E4M3 and `<module>.weight_scale_inv` exists
   // (block size from quantization_config, 128×128 when the config has none), plain float otherwise.
+  // compressed-tensors MXFP4 (formats.md §3.4) when `<module>.weight_packed` exists: with
+  // `<module>.weight_scale`, under a kMxfp4CompressedTensors config, and without a global scale or
+  // zero point (other schemes).
   Result<kernels::LinearWeight> linear(const std::string& module) const;
   // Any float dtype, widened to FP32 and flattened; `num_elems` is what the caller expects.
   Result<std::vector<float>> floats(const std::string& name, int64_t num_elems) const;
@@ -55,6 +58,7 @@ class WeightLoader {
 
  private:
   Result<formats::CheckpointTensor> find(const std::string& name) const;
+  Result<kernels::LinearWeight> mxfp4_linear(const std::string& module) const;
   // A view that is aligned for its dtype: the mapping when it is, else a copy kept in `copy`.
   TensorView aligned_view(const formats::CheckpointTensor& tensor,
                           std::vector<std::byte>& copy) const;
@@ -62,6 +66,7 @@ class WeightLoader {
   const formats::Checkpoint& checkpoint_;
   int64_t fp8_block_rows_ = 128;
   int64_t fp8_block_cols_ = 128;
+  bool mxfp4_packed_ = false;  // the config is compressed-tensors MXFP4
 };
 
 }  // namespace dz::model

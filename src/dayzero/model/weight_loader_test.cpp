@@ -161,6 +161,87 @@ TEST_P(WeightLoaderTest, Fp8WeightWithoutScaleIsRefusedByName) {
             fmt::format("tensor \"m.weight_scale_inv\": missing from the checkpoint in {}", dir_));
 }
 
+formats::QuantizationConfig mxfp4_config() {
+  formats::QuantizationConfig quant;
+  quant.method = formats::QuantMethod::kMxfp4CompressedTensors;
+  quant.group_size = 32;
+  return quant;
+}
+
+TEST_P(WeightLoaderTest, Mxfp4LinearLoadsPackedNibblesAndScales) {
+  // [5, 96]: packed [5, 48], scales [5, 3]; every nibble value, scale codes incl. 0 and 254.
+  const int64_t out = 5, in = 96;
+  std::vector<uint8_t> packed(static_cast<size_t>(out * in / 2));
+  std::vector<uint8_t> scales(static_cast<size_t>(out * in / 32));
+  for (uint8_t& b : packed) b = static_cast<uint8_t>(rng_() & 0xFF);
+  for (uint8_t& c : scales) c = static_cast<uint8_t>(100 + rng_() % 40);
+  scales[1] = 0;
+  scales[7] = 254;
+  for (const char* scale_dtype : {"U8", "F8_E8M0"}) {
+    SCOPED_TRACE(scale_dtype);
+    formats::Checkpoint ckpt =
+        open({{"m.weight_packed", "U8", {out, in / 2}, as_bytes(packed)},
+              {"m.weight_scale", scale_dtype, {out, in / 32}, as_bytes(scales)},
+              {"plain.weight", "BF16", {2, 3}, random_bf16(6).first}});
+    WeightLoader loader(ckpt, mxfp4_config());
+    Result<kernels::LinearWeight> linear = loader.linear("m");
+    ASSERT_TRUE(linear.ok()) << linear.status().to_string();
+    EXPECT_TRUE(linear->is_mxfp4());
+    EXPECT_EQ(linear->out_features(), out);
+    EXPECT_EQ(linear->in_features(), in);
+    std::vector<float> dense(static_cast<size_t>(out * in));
+    linear->dequantize(dense.data());
+    for (int64_t i = 0; i < out; ++i)
+      for (int64_t j = 0; j < in; ++j) {
+        const auto k = static_cast<size_t>(i * in + j);
+        const uint8_t byte = packed[k / 2];
+        ASSERT_EQ(dense[k], formats::decode_e2m1_int(
+                                static_cast<uint8_t>(j % 2 == 0 ? byte & 0xF : byte >> 4)) *
+                                formats::decode_e8m0_int(scales[k / 32]))
+            << i << "," << j;
+      }
+    // Unquantized modules of the same checkpoint still load as plain weights.
+    Result<kernels::LinearWeight> plain = loader.linear("plain");
+    ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+    EXPECT_FALSE(plain->is_mxfp4());
+  }
+}
+
+TEST_P(WeightLoaderTest, Mxfp4LinearErrorsNameTheTensor) {
+  std::vector<uint8_t> packed(4 * 32, 0x21);
+  std::vector<uint8_t> scales(4 * 2, 127);
+  std::vector<uint8_t> nan_scales = scales;
+  nan_scales[3] = 0xFF;
+  formats::Checkpoint ckpt =
+      open({{"ok.weight_packed", "U8", {4, 32}, as_bytes(packed)},
+            {"ok.weight_scale", "U8", {4, 2}, as_bytes(scales)},
+            {"nan.weight_packed", "U8", {4, 32}, as_bytes(packed)},
+            {"nan.weight_scale", "U8", {4, 2}, as_bytes(nan_scales)},
+            {"noscale.weight_packed", "U8", {4, 32}, as_bytes(packed)},
+            {"shape.weight_packed", "U8", {4, 32}, as_bytes(packed)},
+            {"shape.weight_scale", "U8", {2, 4}, as_bytes(scales)},
+            {"nvfp4.weight_packed", "U8", {4, 32}, as_bytes(packed)},
+            {"nvfp4.weight_scale", "U8", {4, 2}, as_bytes(scales)},
+            {"nvfp4.weight_global_scale", "F32", {1}, as_bytes(std::vector<float>{1.0f})}});
+  WeightLoader loader(ckpt, mxfp4_config());
+  EXPECT_TRUE(loader.linear("ok").ok());
+  EXPECT_EQ(loader.linear("nan").status().message(),
+            "tensor \"nan.weight_packed\": MXFP4 weight_scale: E8M0 scale code 0xFF (NaN) at "
+            "index [1, 1] (element 3 of [4, 2])");
+  EXPECT_EQ(
+      loader.linear("noscale").status().message(),
+      fmt::format("tensor \"noscale.weight_scale\": missing from the checkpoint in {}", dir_));
+  EXPECT_EQ(loader.linear("shape").status().message(),
+            "tensor \"shape.weight_packed\": MXFP4 weight_scale: expected shape [4, 2] (one code "
+            "per 32 inputs) for weight_packed [4, 32], found [2, 4]");
+  EXPECT_EQ(loader.linear("nvfp4").status().message(),
+            "tensor \"nvfp4.weight_global_scale\": MXFP4 with a global scale or zero point is "
+            "another scheme (NVFP4, asymmetric); not supported");
+  EXPECT_EQ(WeightLoader(ckpt, {}).linear("ok").status().message(),
+            "tensor \"ok.weight_packed\": packed MXFP4 weights need a compressed-tensors "
+            "mxfp4-pack-quantized quantization_config");
+}
+
 TEST_P(WeightLoaderTest, EmbeddingLooksUpRowsAndComparesBytes) {
   auto [bytes, values] = random_bf16(6 * 4);
   formats::Checkpoint ckpt = open({{"e", "BF16", {6, 4}, bytes},
