@@ -14,9 +14,14 @@
 #include <cstdio>
 #include <vector>
 
+#include "dayzero/core/aligned_buffer.h"
 #include "dayzero/core/parallel.h"
 #include "dayzero/kernels/linear.h"
 #include "machine_limits.h"
+
+namespace dz::bench {
+float sum_floats_avx512(const float* data, size_t num_floats);  // dram_read_avx512.cpp
+}  // namespace dz::bench
 
 namespace {
 
@@ -149,6 +154,34 @@ void BM_Mxfp4LinearInL2(benchmark::State& state) {
   run(state, one, 512 * kIn / 2 + 512 * kIn / 32);
 }
 
+// The DRAM read loop of machine_limits.h over a 1 GiB buffer, one MXFP4 matrix's worth of bytes per
+// iteration, timed like the GEMV: the same-conditions ceiling for GB/cpu_s on a shared machine.
+void BM_DramRead(benchmark::State& state) {
+  limits();
+  static const dz::AlignedBuffer buffer = [] {
+    dz::AlignedBuffer b(static_cast<size_t>(kSetBytes));
+    auto floats = b.as_span<float>();
+    for (size_t e = 0; e < floats.size(); ++e) floats[e] = static_cast<float>(e % 7);
+    return b;
+  }();
+  const auto* data = reinterpret_cast<const float*>(buffer.data());
+  const size_t slice_floats = static_cast<size_t>(kMxfp4Bytes) / sizeof(float) / 64 * 64;
+  const size_t num_slices = static_cast<size_t>(kSetBytes) / sizeof(float) / slice_floats;
+  size_t next = 0;
+  const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = process_cpu_seconds();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(
+        dz::bench::sum_floats_avx512(data + next * slice_floats, slice_floats));
+    next = (next + 1) % num_slices;
+  }
+  const double bytes =
+      static_cast<double>(slice_floats * sizeof(float)) * static_cast<double>(state.iterations());
+  state.counters["GB/cpu_s"] = bytes / (process_cpu_seconds() - cpu_start) / 1e9;
+  state.counters["GB/s"] =
+      bytes / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 1e9;
+}
+
 void BM_Bf16Linear(benchmark::State& state) {
   limits();
   run(state, bf16_set(), kOut * kIn * 2);
@@ -163,7 +196,8 @@ void thread_args(benchmark::internal::Benchmark* b, std::initializer_list<int64_
   b->ArgNames({"tokens", "threads"})->UseRealTime()->MinTime(1.0);
 }
 
-BENCHMARK(BM_Mxfp4Linear)->Apply([](auto* b) { thread_args(b, {1, 2, 4, 8, 64, 255}); });
+BENCHMARK(BM_Mxfp4Linear)->Apply([](auto* b) { thread_args(b, {1, 2, 4, 8, 16, 17, 64, 255}); });
+BENCHMARK(BM_DramRead)->UseRealTime()->MinTime(1.0);
 BENCHMARK(BM_Mxfp4LinearInL2)->Args({1, 1})->Args({2, 1})->ArgNames({"tokens", "threads"});
 BENCHMARK(BM_Bf16Linear)->Apply([](auto* b) { thread_args(b, {1, 255}); });
 

@@ -55,9 +55,10 @@ constexpr int64_t kFp8GemmMinTokens = 6;
 constexpr int64_t kTileRows = 64;
 constexpr int64_t kTileTokens = 256;  // tokens per tile GEMM
 constexpr size_t kMaxCachedPrimitives = 64;
-// MXFP4: the GEMV does 2 VDPBF16PS per 64 weights per token after a 3-op decode; the tiles pay a
-// fixed dequantization per row tile and then run on AMX.
-constexpr int64_t kMxfp4GemmMinTokens = 8;
+// MXFP4: the GEMV costs about 0.3 ms per token per [3072, 3584] expert matrix (4 VDPBF16PS per
+// 128 weights per token), the tiles a fixed ~2.4 ms (a DRAM-bound dequantization, then AMX); at 8
+// tokens (one GEMV pass) they measured 2.3 vs 2.5 ms, 9 tokens need a second GEMV pass.
+constexpr int64_t kMxfp4GemmMinTokens = 9;
 // The fixed per-thread tile buffer: 1 MiB holds 64 BF16 rows of 7168 (as the FP8 tiles) or 170 of
 // the K3 experts' 3072, and fits in the 2 MiB L2 next to oneDNN's packed copy.
 constexpr size_t kMxfp4WorkspaceBytes = size_t{1} << 20;
@@ -595,10 +596,9 @@ void LinearWeight::Impl::forward_mxfp4_gemv(const ExecContext& ctx, const float*
       ensure(t_scratch.x_bf16, static_cast<size_t>(num_tokens * x_elems) * sizeof(uint16_t)));
   for (int64_t t = 0; t < num_tokens; ++t)
     detail::mxfp4_pack_x_avx512(x + t * in_features, in_features, x_packed + t * x_elems);
-  // One contiguous range of rows per thread (fewest DRAM streams), in multiples of the kernel's
-  // 4-row groups.
+  // One contiguous range of rows per thread: one sequential DRAM stream each.
   const int64_t threads = std::max(ctx.num_threads, 1);
-  const int64_t grain = std::max<int64_t>(4, ((out_features + threads - 1) / threads + 3) / 4 * 4);
+  const int64_t grain = std::max<int64_t>(4, (out_features + threads - 1) / threads);
   parallel_for(ctx, out_features, grain, [&](int64_t row_begin, int64_t row_end) {
     for (int64_t t = 0; t < num_tokens; t += detail::kMxfp4GemvMaxTokens) {
       const int64_t count = std::min(detail::kMxfp4GemvMaxTokens, num_tokens - t);

@@ -45,11 +45,11 @@ void fp8_dequantize_rows_f32_avx512(const uint8_t* codes, const float* scale_inv
 // Most tokens one GEMV pass keeps in registers.
 inline constexpr int64_t kMxfp4GemvMaxTokens = 8;
 
-// The GEMV's activation layout: per 64 elements (two blocks), the BF16 codes of the 32
-// even-indexed elements, then of the 32 odd-indexed ones; a lone last block is zero-padded to 64.
-// One token takes mxfp4_gemv_x_elems(in) codes (64-byte aligned when the buffer is).
+// The GEMV's activation layout: per 128 elements (four blocks), BF16 codes in four parts of 32,
+// word k of part q being element 4k + q; a partial last 128 is zero-padded. One token takes
+// mxfp4_gemv_x_elems(in) codes (64-byte aligned when the buffer is).
 inline int64_t mxfp4_gemv_x_elems(int64_t in) {
-  return (in + 63) / 64 * 64;
+  return (in + 127) / 128 * 128;
 }
 // out [mxfp4_gemv_x_elems(in)] = x [in] rounded to BF16 (RNE) in that layout.
 void mxfp4_pack_x_avx512(const float* x, int64_t in, uint16_t* out);

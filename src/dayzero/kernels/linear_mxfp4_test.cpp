@@ -118,10 +118,10 @@ double rel_rms(const Mxfp4& w, const std::vector<float>& x, int64_t num_tokens,
 struct Case {
   int64_t out, in;
 };
-// in = 32 and 64 (the tiny K3 experts), odd block counts (a lone last block in the GEMV), odd out
-// counts (partial 4-row groups and partial tiles).
+// in = 32 and 64 (the tiny K3 experts), block counts that are not multiples of 4 (the GEMV tail),
+// odd out counts (partial 4-row groups and partial tiles).
 const Case kCases[] = {{1, 32}, {3, 64}, {5, 96}, {64, 64}, {130, 256}, {257, 480}, {33, 1024}};
-// 1–7 run the GEMV (8 its maximum in one pass, via the tiles threshold), 8+ the tiles; 300 spans
+// 1–8 run the GEMV (one pass of kMxfp4GemvMaxTokens), 9+ the tiles; 300 spans
 // two token tiles.
 const int64_t kTokenCounts[] = {1, 2, 3, 4, 5, 7, 8, 9, 17, 64, 300};
 
@@ -216,6 +216,23 @@ TEST(LinearMxfp4, ForwardKeepsSubnormalBlockValues) {
     expect_forward_matches(random_weight(rng, c.out, c.in, 0, 2), rng, 1);
 }
 
+TEST(LinearMxfp4, RowsLongerThanTheWorkspaceRunTheGemvInPasses) {
+  // One BF16 row of 524320 inputs is over the 1 MiB tile workspace: 9 and 20 tokens take GEMV
+  // passes of 8 instead of tiles.
+  const unsigned seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const Mxfp4 w = random_weight(rng, 3, 524320, 118, 126);
+  Result<LinearWeight> linear = load(w);
+  ASSERT_TRUE(linear.ok());
+  for (int64_t tokens : {9, 20}) {
+    const std::vector<float> x = random_x(rng, tokens * w.in);
+    std::vector<float> y(static_cast<size_t>(tokens * w.out));
+    linear->forward(ExecContext{2}, x.data(), tokens, y.data());
+    EXPECT_LT(rel_rms(w, x, tokens, y), kTolerance) << tokens;
+  }
+}
+
 TEST(LinearMxfp4, ThreadCountDoesNotChangeResults) {
   const unsigned seed = fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
@@ -251,7 +268,7 @@ TEST(LinearMxfp4, GemvKernelMatchesTheReferenceForEveryTokenCount) {
   const unsigned seed = fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
-  const Mxfp4 w = quantized_weight(rng, 23, 352);  // 11 blocks: 5 pairs and a lone one
+  const Mxfp4 w = quantized_weight(rng, 23, 352);  // 11 blocks: two steps of 4, a tail of 3
   const int64_t x_elems = detail::mxfp4_gemv_x_elems(w.in);
   for (int64_t tokens = 1; tokens <= detail::kMxfp4GemvMaxTokens; ++tokens) {
     const std::vector<float> x = random_x(rng, tokens * w.in);
