@@ -552,15 +552,30 @@ TEST(MoeRouting, KimiWeightsIncludeTheEpsilon) {
   }
 }
 
-// K3 latent MoE sizes, scaled down: d 128, latent r 64, 16 SiTU experts of inter 48 (BF16), one
-// fused shared expert of inter 96 on the full width. The router reads x[:, :16] through an identity
-// as in MoeFixture; expert 15 is biased out of every selection.
+// MXFP4 [out, in] (compressed-tensors packing, linear.h) from random codes: every E2M1 nibble
+// occurs, scales 2^−6 … 2^−3 so that |W| stays near 1/sqrt(in) for in ~ 64.
+kernels::LinearWeight random_mxfp4(std::mt19937& rng, int64_t out, int64_t in) {
+  std::uniform_int_distribution<int> byte(0, 255), scale(121, 124);
+  std::vector<uint8_t> packed(static_cast<size_t>(out * in / 2)),
+      scales(static_cast<size_t>(out * in / 32));
+  for (uint8_t& b : packed) b = static_cast<uint8_t>(byte(rng));
+  for (uint8_t& s : scales) s = static_cast<uint8_t>(scale(rng));
+  auto weight =
+      kernels::LinearWeight::from_mxfp4(TensorView(packed.data(), DType::kU8, Shape{out, in / 2}),
+                                        TensorView(scales.data(), DType::kU8, Shape{out, in / 32}));
+  EXPECT_TRUE(weight.ok()) << weight.status().to_string();
+  return std::move(weight).value();
+}
+
+// K3 latent MoE sizes, scaled down: d 128, latent r 64, 16 SiTU experts of inter 64 (BF16, or
+// MXFP4 as in K3), one fused shared expert of inter 96 on the full width (BF16). The router reads
+// x[:, :16] through an identity as in MoeFixture; expert 15 is biased out of every selection.
 struct LatentMoeFixture {
-  static constexpr int64_t kHidden = 128, kLatent = 64, kInter = 48, kSharedInter = 96;
+  static constexpr int64_t kHidden = 128, kLatent = 64, kInter = 64, kSharedInter = 96;
   MoeConfig config;
   MoeWeights weights;
 
-  LatentMoeFixture(std::mt19937& rng, bool with_norm) {
+  LatentMoeFixture(std::mt19937& rng, bool with_norm, bool mxfp4 = false) {
     config.num_experts = 16;
     config.num_experts_per_tok = 4;
     config.routed_scaling_factor = 2.446f;  // only matters through ε with the norm
@@ -572,8 +587,17 @@ struct LatentMoeFixture {
     for (int64_t e = 0; e < num_experts; ++e) weights.gate_weight[e * kHidden + e] = 1.0f;
     weights.e_score_correction_bias = random_bf16(rng, num_experts, 0.5f);
     weights.e_score_correction_bias[15] = -100.0f;
-    for (int64_t e = 0; e < num_experts; ++e)
-      weights.experts.push_back(random_mlp(rng, kLatent, kInter, false));
+    for (int64_t e = 0; e < num_experts; ++e) {
+      if (mxfp4) {
+        MlpWeights mlp;
+        mlp.gate_proj = random_mxfp4(rng, kInter, kLatent);
+        mlp.up_proj = random_mxfp4(rng, kInter, kLatent);
+        mlp.down_proj = random_mxfp4(rng, kLatent, kInter);
+        weights.experts.push_back(std::move(mlp));
+      } else {
+        weights.experts.push_back(random_mlp(rng, kLatent, kInter, false));
+      }
+    }
     weights.shared_experts.push_back(random_mlp(rng, kHidden, kSharedInter, false));
     weights.latent_down_proj = random_linear(rng, kLatent, kHidden, false);
     weights.latent_up_proj = random_linear(rng, kHidden, kLatent, false);
@@ -625,12 +649,12 @@ std::vector<double> reference_latent_moe(const MoeBlock& block, const RoutingRes
   return out;
 }
 
-TEST(LatentMoeBlock, MatchesTheScalarReference) {
+void check_latent_moe(bool mxfp4) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   for (bool with_norm : {true, false}) {
-    LatentMoeFixture fixture(rng, with_norm);
+    LatentMoeFixture fixture(rng, with_norm, mxfp4);
     const MoeBlock block(fixture.config, std::move(fixture.weights));
     const int64_t d = LatentMoeFixture::kHidden, r = LatentMoeFixture::kLatent;
     const int64_t num_experts = block.config().num_experts;
@@ -667,13 +691,22 @@ TEST(LatentMoeBlock, MatchesTheScalarReference) {
   }
 }
 
+TEST(LatentMoeBlock, MatchesTheScalarReference) {
+  check_latent_moe(false);
+}
+
+// K3's routed experts are MXFP4: decoded exactly and used like BF16 weights (issue 4 numerics).
+TEST(LatentMoeBlock, Mxfp4ExpertsMatchTheScalarReference) {
+  check_latent_moe(true);
+}
+
 // Forced decisions the router would never make (expert 15, negative weights) on the latent path.
 TEST(LatentMoeBlock, ForcedRoutingIsFollowed) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   for (bool with_norm : {true, false}) {
-    LatentMoeFixture fixture(rng, with_norm);
+    LatentMoeFixture fixture(rng, with_norm, /*mxfp4=*/with_norm);
     const MoeBlock block(fixture.config, std::move(fixture.weights));
     const int64_t d = LatentMoeFixture::kHidden, num_tokens = 9;
     const int64_t k = block.config().num_experts_per_tok;
