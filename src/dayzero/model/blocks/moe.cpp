@@ -1,6 +1,7 @@
 #include "dayzero/model/blocks/moe.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -26,12 +27,67 @@ inline float silu_times(float g, float u) {
   return g / (1.0f + std::exp(-g)) * u;
 }
 
-// β·tanh(g/β)·σ(g) · u'; tanh saturates to ±1 and σ to 0 or 1 without overflow: exp(−g) = inf
-// gives σ = 0 exactly.
+// Inline FP32 exp, tanh, σ and BF16 rounding for the SiTU loop instead of libm calls and the
+// out-of-line BF16 encoder (a few ulps, far below the BF16 rounding of the product;
+// MlpActivation.SituMatchesTheFormula checks 1e-6). Not yet vectorised: GCC's default
+// -ftrapping-math keeps it from if-converting the selects.
+constexpr float kLog2e = 1.44269504f;
+constexpr float kLn2Hi = 0.693359375f;  // ln 2 = kLn2Hi + kLn2Lo; n·kLn2Hi is exact for |n| < 2^15
+constexpr float kLn2Lo = -2.12194440e-4f;
+constexpr float kRoundMagic = 12582912.0f;  // 1.5·2^23: adding and subtracting it rounds to integer
+
+// e^x for x in [−87, 88]: x = n·ln 2 + r with |r| ≤ ln 2 / 2, Taylor of e^r to degree 7
+// (truncation 5e-9 relative), times 2^n built from the exponent bits.
+inline float exp_bounded(float x) {
+  const float n = (x * kLog2e + kRoundMagic) - kRoundMagic;
+  const float r = (x - n * kLn2Hi) - n * kLn2Lo;
+  float p = 1.0f / 5040;
+  p = p * r + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+}
+
+// tanh(y) = m / (m + 2), m = e^{2|y|} − 1, with the sign of y. For 2|y| ≤ ln 2 m comes from its
+// Taylor series to degree 10 (truncation 1e-8 relative): e^a − 1 would cancel there. 2|y| is
+// clamped at 20, where m/(m + 2) already rounds to 1.
+inline float tanh_fast(float y) {
+  const float a = std::min(2.0f * std::fabs(y), 20.0f);
+  float p = 1.0f / 3628800;
+  p = p * a + 1.0f / 362880;
+  p = p * a + 1.0f / 40320;
+  p = p * a + 1.0f / 5040;
+  p = p * a + 1.0f / 720;
+  p = p * a + 1.0f / 120;
+  p = p * a + 1.0f / 24;
+  p = p * a + 1.0f / 6;
+  p = p * a + 0.5f;
+  const float m = a <= 0.69314718f ? a + a * a * p : exp_bounded(a) - 1.0f;
+  return std::copysign(m / (m + 2.0f), y);
+}
+
+// σ(g) = 1/(1 + e^−g): exactly 1 above g = 87 (e^−g clamped at e^−87) and 0 below g = −88, where
+// the true value is < 6e-39 and FP32 libm gives a subnormal or 0.
+inline float sigmoid_fast(float g) {
+  if (g < -88.0f) return 0.0f;
+  return 1.0f / (1.0f + exp_bounded(std::clamp(-g, -87.0f, 88.0f)));
+}
+
+// formats::round_to_bf16 inlined (RNE, overflow to ±Inf, subnormals kept); NaN stays a NaN.
+inline float round_bf16_inline(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+  return x != x ? x : std::bit_cast<float>(rounded);
+}
+
+// β·tanh(g/β)·σ(g) · u'; saturates to ±β·(β_lin or u) and 0 without overflow or NaN.
 inline float situ_times(float g, float u, float beta, float linear_beta) {
-  const float a = beta * std::tanh(g / beta) * (1.0f / (1.0f + std::exp(-g)));
-  const float u_lin = linear_beta != 0.0f ? linear_beta * std::tanh(u / linear_beta) : u;
-  return a * u_lin;
+  const float a = beta * tanh_fast(g / beta) * sigmoid_fast(g);
+  return a * (linear_beta != 0.0f ? linear_beta * tanh_fast(u / linear_beta) : u);
 }
 
 // gated_mlp_forward with caller-provided gate/up buffers [num_tokens, inter].
@@ -44,10 +100,17 @@ void gated_into(const ExecContext& ctx, const MlpWeights& weights, const MlpActi
   const bool situ = activation.kind == MlpActivation::Kind::kSitu;
   const float beta = activation.situ_beta, linear_beta = activation.situ_linear_beta;
   parallel_for(ctx, num_elems, int64_t{1} << 14, [&](int64_t begin, int64_t end) {
-    if (situ) {
-      for (int64_t e = begin; e < end; ++e)
-        gate[e] = formats::round_to_bf16(situ_times(
-            formats::round_to_bf16(gate[e]), formats::round_to_bf16(up[e]), beta, linear_beta));
+    if (situ && linear_beta != 0.0f) {
+      for (int64_t e = begin; e < end; ++e) {
+        const float g = round_bf16_inline(gate[e]), u = round_bf16_inline(up[e]);
+        const float a = beta * tanh_fast(g / beta) * sigmoid_fast(g);
+        gate[e] = round_bf16_inline(a * (linear_beta * tanh_fast(u / linear_beta)));
+      }
+    } else if (situ) {
+      for (int64_t e = begin; e < end; ++e) {
+        const float g = round_bf16_inline(gate[e]), u = round_bf16_inline(up[e]);
+        gate[e] = round_bf16_inline(beta * tanh_fast(g / beta) * sigmoid_fast(g) * u);
+      }
     } else {
       for (int64_t e = begin; e < end; ++e)
         gate[e] = formats::round_to_bf16(

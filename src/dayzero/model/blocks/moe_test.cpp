@@ -570,6 +570,13 @@ kernels::LinearWeight random_mxfp4(std::mt19937& rng, int64_t out, int64_t in) {
 // K3 latent MoE sizes, scaled down: d 128, latent r 64, 16 SiTU experts of inter 64 (BF16, or
 // MXFP4 as in K3), one fused shared expert of inter 96 on the full width (BF16). The router reads
 // x[:, :16] through an identity as in MoeFixture; expert 15 is biased out of every selection.
+// The engine and the reference agree exactly except where an intermediate lies within FP32
+// round-off of a BF16 rounding boundary (z, the expert activations, the normalised latent sum, the
+// output). With r = 64 and a few tokens one such flip of a normalised latent value, one BF16 ulp
+// (2^-8) of a value up to ~3× the RMS, moves the output by up to ~2e-3 relative RMS; so 5e-3, and
+// at least 90% of the output elements must be bit-equal to the reference.
+constexpr double kLatentTolerance = 5e-3;
+
 struct LatentMoeFixture {
   static constexpr int64_t kHidden = 128, kLatent = 64, kInter = 64, kSharedInter = 96;
   MoeConfig config;
@@ -685,7 +692,10 @@ void check_latent_moe(bool mxfp4) {
       const std::vector<double> ref =
           reference_latent_moe(block, routing, x, num_tokens, &latent_ref);
       EXPECT_LT(rel_rms(sink.latent_in, latent_ref), kOutputTolerance);
-      EXPECT_LT(rel_rms(out, ref), kOutputTolerance);
+      EXPECT_LT(rel_rms(out, ref), kLatentTolerance);
+      int64_t num_equal = 0;
+      for (size_t e = 0; e < out.size(); ++e) num_equal += out[e] == ref[e] ? 1 : 0;
+      EXPECT_GE(num_equal, static_cast<int64_t>(out.size()) * 9 / 10);
       for (float v : out) ASSERT_EQ(v, formats::round_to_bf16(v)) << "output not BF16-valued";
     }
   }
@@ -729,7 +739,7 @@ TEST(LatentMoeBlock, ForcedRoutingIsFollowed) {
     EXPECT_EQ(sink.names, (std::vector<std::string>{"latent_in"}));
     std::vector<double> latent_ref;
     const std::vector<double> ref = reference_latent_moe(block, forced, x, num_tokens, &latent_ref);
-    EXPECT_LT(rel_rms(out, ref), kOutputTolerance) << "norm " << with_norm;
+    EXPECT_LT(rel_rms(out, ref), kLatentTolerance) << "norm " << with_norm;
   }
 }
 
