@@ -473,7 +473,7 @@ TEST(MlpActivation, SituMatchesTheFormula) {
   // Saturation: 4·tanh(g/4)·σ(g) → ±4 or 0 and 25·tanh(u/25) → ±25, never NaN.
   EXPECT_EQ(gated_activation(kK3Situ, 1e4f, 1e5f), 100.0f);
   EXPECT_EQ(gated_activation(kK3Situ, 1e4f, -1e5f), -100.0f);
-  EXPECT_EQ(gated_activation(kK3Situ, -1e4f, 1e5f), 0.0f);
+  EXPECT_LT(std::fabs(gated_activation(kK3Situ, -1e4f, 1e5f)), 1e-35f);  // σ ≈ 1.6e-38 at most
   EXPECT_EQ(gated_activation(no_linear_beta, 1e4f, 3.0f), 12.0f);
   // SiLU is still silu(g)·u.
   for (float g : {-3.0f, -0.5f, 0.25f, 7.0f})
