@@ -60,7 +60,7 @@ L2_NORM_EPS = 1e-6
 SOFTPLUS_THRESHOLD = 20.0
 ROUTING_RENORM_EPS = 1e-20
 KIMI_LINEAR_KV_NORM_EPS = 1e-6  # models.md §2.5: the modeling file's default, not rms_norm_eps
-LAYER_TAPS = ("attn_mix", "attn_norm", "kda_q", "kda_k", "kda_v", "kda_g", "kda_beta", "kda_core",
+LAYER_TAPS = ("attn_mix", "attn_norm", "q_latent", "kda_q", "kda_k", "kda_v", "kda_g", "kda_beta", "kda_core",
               "attn_out", "ffn_mix", "ffn_norm", "router_scores", "latent_in", "ffn_out", "layer_out")
 REFERENCE_ONLY_TAPS = ("routing_ids", "routing_weights")
 GLOBAL_TAPS = ("final_mix", "final_norm", "logits")
@@ -313,7 +313,7 @@ class KimiReference(ReferenceBase):
 
     # ------------------------------------------------------------ MLA (NoPE, §2.5)
 
-    def _mla(self, p, x):
+    def _mla(self, p, x, taps=None, layer_id=None):
         c = self.config
         num_tokens = x.shape[0]
         heads, d_n, d_r, d_v, r_kv = (c["num_attention_heads"], c["qk_nope_head_dim"],
@@ -321,6 +321,7 @@ class KimiReference(ReferenceBase):
         if self.is_k3_mla:
             c_q = self._rms_norm(self._bf16(self._linear(x, p + "q_a_proj.weight")),
                                  self.w[p + "q_a_layernorm.weight"])
+            self._tap(taps, layer_id, "q_latent", c_q)
             q = self._bf16(self._linear(c_q, p + "q_b_proj.weight"))
         else:
             q = self._bf16(self._linear(x, p + "q_proj.weight"))
@@ -398,7 +399,7 @@ class KimiReference(ReferenceBase):
         p = self._layer_prefix(layer_id) + "self_attn."
         if layer_id in self.kda_layers:
             return self._kda(layer_id, p, x, taps)
-        return self._mla(p, x)
+        return self._mla(p, x, taps, layer_id)
 
     # ------------------------------------------------------------ layers
 

@@ -207,6 +207,8 @@ class KimiModelTest(unittest.TestCase):
                         for name in ("kda_q", "kda_k", "kda_v", "kda_g", "kda_core"):
                             want[(i, name)] = (t, hd)
                         want[(i, "kda_beta")] = (t, ref.kda_heads)
+                    elif k3:  # q LoRA: the MLA q latent
+                        want[(i, "q_latent")] = (t, c["q_lora_rank"])
                     if ref._is_moe(i):
                         want[(i, "router_scores")] = (t, c["num_experts"])
                         want[(i, "routing_ids")] = (t, c["num_experts_per_token"])
@@ -218,7 +220,7 @@ class KimiModelTest(unittest.TestCase):
                                  set(n for n in kimi.LAYER_TAPS + kimi.GLOBAL_TAPS
                                      + kimi.REFERENCE_ONLY_TAPS
                                      if k3 or n not in ("attn_mix", "ffn_mix", "final_mix",
-                                                        "latent_in")))
+                                                        "latent_in", "q_latent")))
                 for key, val in taps.items():
                     self.assertTrue(bool(torch.isfinite(val).all()), key)
 

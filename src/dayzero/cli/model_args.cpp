@@ -29,8 +29,9 @@ void add_model_options(CLI::App& command, ModelArgs& args) {
       ->required();
   command
       .add_option("--kv-cache-dtype", args.kv_cache_dtype,
-                  "MLA latent cache: fp8 (656-byte records, act_quant round trip) or bf16")
-      ->check(CLI::IsMember({"fp8", "bf16"}))
+                  "MLA latent cache: fp8 (656-byte records, act_quant round trip), bf16, or auto "
+                  "(the model's default: fp8 for deepseek_v32, bf16 for Kimi)")
+      ->check(CLI::IsMember({"auto", "fp8", "bf16"}))
       ->capture_default_str();
   command.add_option("--threads", args.num_threads, "worker threads (0: all hardware threads)")
       ->check(integer_at_least(0))
@@ -46,9 +47,9 @@ ExecContext exec_context(const ModelArgs& args) {
 }
 
 Result<std::unique_ptr<model::CausalLm>> load_model(const ModelArgs& args) {
-  model::ModelOptions options{.kv_cache_dtype = args.kv_cache_dtype == "bf16"
-                                                    ? kernels::KvCacheDtype::kBf16
-                                                    : kernels::KvCacheDtype::kFp8};
+  model::ModelOptions options;
+  if (args.kv_cache_dtype == "bf16") options.kv_cache_dtype = kernels::KvCacheDtype::kBf16;
+  if (args.kv_cache_dtype == "fp8") options.kv_cache_dtype = kernels::KvCacheDtype::kFp8;
   return model::load_causal_lm(args.model_dir, options);
 }
 

@@ -16,8 +16,8 @@ namespace dz::cli {
 
 struct ModelArgs {
   std::string model_dir;
-  std::string kv_cache_dtype = "fp8";
-  int num_threads = 0;  // 0: all hardware threads
+  std::string kv_cache_dtype = "auto";  // auto: the recipe's default
+  int num_threads = 0;                  // 0: all hardware threads
   int64_t block_size = 64;
 };
 

@@ -23,7 +23,8 @@
 #include "dayzero/cli/commands.h"
 #include "dayzero/cli/model_args.h"
 #include "dayzero/formats/npy.h"
-#include "dayzero/model/arch/deepseek_v32_verify.h"
+#include "dayzero/model/hybrid_model.h"
+#include "dayzero/model/verify.h"
 
 extern char** environ;
 
@@ -62,23 +63,32 @@ std::string python_path() {
   return std::string(DZ_SOURCE_DIR) + "/python";
 }
 
+// The KV cache dtype the model resolved ("auto" picks the recipe's default): the reference must
+// simulate the same one.
+std::string resolved_kv_cache_dtype(const model::CausalLm& model) {
+  for (const model::LayerCacheSpec& spec : model.cache_layers())
+    if (spec.mla.latent_dim > 0)
+      return spec.mla.dtype == kernels::KvCacheDtype::kFp8 ? "fp8" : "bf16";
+  return "bf16";
+}
+
 // python -m dayzero_ref.verify_dump MODEL OUT ..., with PYTHONPATH at the repository's python/.
-Status run_reference_dump(const VerifyArgs& args, const std::string& out_dir) {
+Status run_reference_dump(const VerifyArgs& args, const std::string& kv_cache_dtype,
+                          const std::string& out_dir) {
   const std::string pythonpath = python_path();
   if (!fs::exists(fs::path(pythonpath) / "dayzero_ref" / "verify_dump.py"))
     return make_error(StatusCode::kNotFound,
                       "cannot find dayzero_ref/verify_dump.py under {} (set DZ_PYTHONPATH to the "
                       "repository's python/ folder)",
                       pythonpath);
-  std::vector<std::string> argv_s = {args.python,
-                                     "-m",
-                                     "dayzero_ref.verify_dump",
-                                     args.model.model_dir,
-                                     out_dir,
-                                     "--kv-cache-dtype",
-                                     args.reference_kv_cache_dtype.empty()
-                                         ? args.model.kv_cache_dtype
-                                         : args.reference_kv_cache_dtype};
+  std::vector<std::string> argv_s = {
+      args.python,
+      "-m",
+      "dayzero_ref.verify_dump",
+      args.model.model_dir,
+      out_dir,
+      "--kv-cache-dtype",
+      args.reference_kv_cache_dtype.empty() ? kv_cache_dtype : args.reference_kv_cache_dtype};
   if (!args.token_ids.empty()) {
     argv_s.push_back("--token-ids");
     argv_s.push_back(args.token_ids);
@@ -163,13 +173,12 @@ std::string format_row(const model::VerifyRow& r) {
 }
 
 Result<int> run(const VerifyArgs& args) {
-  DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::CausalLm> loaded, load_model(args.model));
-  auto* model = dynamic_cast<model::DeepseekV32Model*>(loaded.get());
-  if (model == nullptr)
-    return make_error(StatusCode::kUnsupported,
-                      "verify compares against the deepseek_v32 reference only; {} is another "
-                      "architecture",
+  DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::CausalLm> model, load_model(args.model));
+  auto* hybrid = dynamic_cast<model::HybridModel*>(model.get());
+  if (hybrid == nullptr)
+    return make_error(StatusCode::kUnsupported, "verify: {} is not a model verify knows",
                       args.model.model_dir);
+  const std::string kv_cache_dtype = resolved_kv_cache_dtype(*model);
   if (!args.token_ids.empty()) {
     DZ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, parse_token_ids(args.token_ids, "--token-ids"));
     for (size_t i = 0; i < ids.size(); ++i)
@@ -187,7 +196,7 @@ Result<int> run(const VerifyArgs& args) {
       return make_error(StatusCode::kInternal, "cannot create a temporary folder: {}",
                         std::strerror(errno));
     tmp.path = dump_dir = pattern;
-    DZ_RETURN_IF_ERROR(run_reference_dump(args, dump_dir.string()));
+    DZ_RETURN_IF_ERROR(run_reference_dump(args, kv_cache_dtype, dump_dir.string()));
   }
   DZ_ASSIGN_OR_RETURN(std::string ids_json, read_file(dump_dir / "token_ids.json"));
   std::string list;
@@ -198,9 +207,9 @@ Result<int> run(const VerifyArgs& args) {
 
   const ExecContext ctx = exec_context(args.model);
   DZ_ASSIGN_OR_RETURN(std::vector<model::VerifyRow> rows,
-                      model::verify_deepseek_v32(ctx, *model, ids, ref, args.model.block_size));
+                      model::verify_model(ctx, *hybrid, ids, ref, args.model.block_size));
   std::printf("verify %s: %zu tokens, kv cache %s\n", args.model.model_dir.c_str(), ids.size(),
-              args.model.kv_cache_dtype.c_str());
+              kv_cache_dtype.c_str());
   std::printf("%-9s %5s %-16s %-18s %10s %9s %s\n", "level", "layer", "quantity", "metric", "value",
               "tolerance", "result");
   int64_t failed = 0;

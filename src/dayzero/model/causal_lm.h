@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,7 +20,8 @@
 namespace dz::model {
 
 struct ModelOptions {
-  kernels::KvCacheDtype kv_cache_dtype = kernels::KvCacheDtype::kFp8;
+  // MLA latent cache storage; nullopt: the recipe's default (deepseek_v32 fp8, Kimi bf16).
+  std::optional<kernels::KvCacheDtype> kv_cache_dtype;
 };
 
 class CausalLm {

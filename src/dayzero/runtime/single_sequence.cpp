@@ -1,5 +1,6 @@
 #include "dayzero/runtime/single_sequence.h"
 
+#include <algorithm>
 #include <numeric>
 
 namespace dz::runtime {
@@ -19,7 +20,11 @@ Result<SingleSequence> SingleSequence::create(model::CausalLm& model, int64_t ma
                       max_tokens, block_size);
   const int64_t num_blocks = (max_tokens + block_size - 1) / block_size;
   std::vector<model::LayerCacheSpec> layers = model.cache_layers();
-  DZ_ASSIGN_OR_RETURN(model::KvCache cache, model::KvCache::create(layers, num_blocks, block_size));
+  // One recurrent-state slot (slot 0) when the model has recurrent layers (KDA).
+  const bool recurrent = std::any_of(layers.begin(), layers.end(),
+                                     [](const auto& spec) { return spec.kda.num_heads > 0; });
+  DZ_ASSIGN_OR_RETURN(model::KvCache cache,
+                      model::KvCache::create(layers, num_blocks, block_size, recurrent ? 1 : 0));
   return SingleSequence(model, std::move(cache), model::SequentialBlocks(num_blocks, block_size),
                         max_tokens);
 }
@@ -67,7 +72,8 @@ model::ForwardBatch SingleSequence::make_batch(std::span<const int32_t> token_id
       .sequences = {model::SequenceSlice{.token_begin = 0,
                                          .num_tokens = num_tokens,
                                          .pos_begin = pos_begin,
-                                         .block_table = blocks_.block_table()}},
+                                         .block_table = blocks_.block_table(),
+                                         .state_slot = 0}},
       .block_size = cache_.block_size(),
   };
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 namespace dz::runtime {
 namespace {
@@ -18,7 +19,56 @@ bool is_continuation(uint8_t byte) {
   return (byte & 0xC0) == 0x80;
 }
 
+// The valid range of the second byte after `lead` (the first continuation byte is narrower for
+// E0, ED, F0 and F4: no overlong forms, surrogates or code points above U+10FFFF).
+std::pair<uint8_t, uint8_t> second_byte_range(uint8_t lead) {
+  switch (lead) {
+    case 0xE0:
+      return {0xA0, 0xBF};
+    case 0xED:
+      return {0x80, 0x9F};
+    case 0xF0:
+      return {0x90, 0xBF};
+    case 0xF4:
+      return {0x80, 0x8F};
+    default:
+      return {0x80, 0xBF};
+  }
+}
+
 }  // namespace
+
+std::string replace_invalid_utf8(std::string_view bytes) {
+  static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
+  std::string out;
+  out.reserve(bytes.size());
+  size_t i = 0;
+  while (i < bytes.size()) {
+    const auto lead = static_cast<uint8_t>(bytes[i]);
+    if (lead < 0x80) {
+      out.push_back(static_cast<char>(lead));
+      ++i;
+      continue;
+    }
+    const size_t length = sequence_length(lead);
+    size_t valid = length == 0 ? 0 : 1;  // bytes of a well-formed prefix
+    while (valid > 0 && valid < length && i + valid < bytes.size()) {
+      const auto byte = static_cast<uint8_t>(bytes[i + valid]);
+      const auto [lo, hi] =
+          valid == 1 ? second_byte_range(lead) : std::pair<uint8_t, uint8_t>{0x80, 0xBF};
+      if (byte < lo || byte > hi) break;
+      ++valid;
+    }
+    if (length > 0 && valid == length) {
+      out.append(bytes.substr(i, length));
+      i += length;
+    } else {
+      out.append(kReplacement);  // one U+FFFD for the maximal subpart
+      i += std::max<size_t>(valid, 1);
+    }
+  }
+  return out;
+}
 
 size_t incomplete_utf8_tail(std::string_view bytes) {
   // A character is at most 4 bytes, so the lead of an incomplete one is among the last 3.
@@ -35,14 +85,15 @@ size_t incomplete_utf8_tail(std::string_view bytes) {
 std::string Utf8Stream::push(std::string_view bytes) {
   pending_.append(bytes);
   const size_t held = incomplete_utf8_tail(pending_);
-  std::string ready = pending_.substr(0, pending_.size() - held);
+  std::string ready =
+      replace_invalid_utf8(std::string_view(pending_).substr(0, pending_.size() - held));
   pending_.erase(0, pending_.size() - held);
   return ready;
 }
 
 std::string Utf8Stream::finish() {
-  std::string rest;
-  rest.swap(pending_);
+  std::string rest = replace_invalid_utf8(pending_);
+  pending_.clear();
   return rest;
 }
 

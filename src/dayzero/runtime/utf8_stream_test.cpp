@@ -38,12 +38,26 @@ TEST(Utf8Stream, EveryRandomSplitReassemblesOnBoundaries) {
   }
 }
 
-TEST(Utf8Stream, InvalidBytesPassThrough) {
+const std::string kFffd = "\xEF\xBF\xBD";
+
+TEST(Utf8Stream, InvalidBytesBecomeReplacementCharacters) {
   Utf8Stream stream;
-  EXPECT_EQ(stream.push("x\x80"), "x\x80");  // stray continuation
-  EXPECT_EQ(stream.push("\xFF"), "\xFF");    // never valid
+  EXPECT_EQ(stream.push("x\x80"), "x" + kFffd);  // stray continuation
+  EXPECT_EQ(stream.push("\xFF"), kFffd);         // never valid
   EXPECT_EQ(stream.push("\xC3\xA9\xC3"), "\xC3\xA9");
-  EXPECT_EQ(stream.finish(), "\xC3");  // an incomplete end of stream is flushed as is
+  EXPECT_EQ(stream.finish(), kFffd);  // an incomplete end of stream
+}
+
+TEST(Utf8Stream, MaximalSubpartsAsUnicodeSpecifies) {
+  // Unicode §3.9 table 3-8 style cases: one U+FFFD per maximal subpart.
+  EXPECT_EQ(replace_invalid_utf8("\xC0\xAF"), kFffd + kFffd);              // overlong lead, stray
+  EXPECT_EQ(replace_invalid_utf8("\xE0\x80\xAF"), kFffd + kFffd + kFffd);  // overlong 3-byte
+  EXPECT_EQ(replace_invalid_utf8("\xED\xA0\x80"), kFffd + kFffd + kFffd);  // surrogate
+  EXPECT_EQ(replace_invalid_utf8("\xF4\x90\x80\x80"), kFffd + kFffd + kFffd + kFffd);
+  EXPECT_EQ(replace_invalid_utf8("\xE2\x82"
+                                 "a"),
+            kFffd + "a");                         // truncated, then ASCII
+  EXPECT_EQ(replace_invalid_utf8(kText), kText);  // valid text is unchanged
 }
 
 TEST(Utf8Stream, TailLengths) {

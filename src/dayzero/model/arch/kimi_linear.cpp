@@ -4,7 +4,9 @@
 
 #include <fmt/format.h>
 
+#include "dayzero/formats/checkpoint.h"
 #include "dayzero/model/arch/moe_config_checks.h"
+#include "dayzero/model/causal_lm.h"
 
 namespace dz::model {
 namespace {
@@ -126,6 +128,10 @@ class KimiLinear final : public Architecture {
   }
   int64_t num_routed_experts() const override { return config_.num_experts; }
   int64_t num_experts_per_token() const override { return config_.num_experts_per_token; }
+  Result<std::unique_ptr<CausalLm>> load_model(std::unique_ptr<formats::Checkpoint> checkpoint,
+                                               const ModelOptions& options) const override {
+    return load_kimi_linear_model(config_, model_type_, prefix_, std::move(checkpoint), options);
+  }
 
  private:
   KimiLinearConfig config_;

@@ -70,6 +70,12 @@ Result<KimiLinearConfig> parse_kimi_linear_config(const formats::ConfigObject& c
 LayerSchedule kimi_linear_schedule(const KimiLinearConfig& config);
 TensorTable kimi_linear_tensors(const KimiLinearConfig& config, const std::string& prefix);
 
+// The runnable model (a HybridModel) from a checkpoint already checked against
+// kimi_linear_tensors. The KV cache defaults to BF16; FP8 needs kv_lora_rank % 128 == 0.
+Result<std::unique_ptr<CausalLm>> load_kimi_linear_model(
+    const KimiLinearConfig& config, const std::string& model_type, const std::string& prefix,
+    std::unique_ptr<formats::Checkpoint> checkpoint, const ModelOptions& options);
+
 // The registry's entry point for kimi_linear and kimi_k3.
 Result<std::unique_ptr<Architecture>> parse_kimi_linear(const RecipeInput& input);
 

@@ -1,8 +1,10 @@
 #pragma once
-// Layered verification of the deepseek_v32 model against the PyTorch reference's taps (models.md
-// §8.1, `dayzero verify`): operator level (each block of each layer fed the reference's inputs and
-// discrete decisions), layer level (the engine's own forward, per-layer outputs) and model level
-// (logits). The reference's taps come from python/dayzero_ref/verify_dump.py.
+// Layered verification of a model against the PyTorch reference's taps (models.md §8.1, `dayzero
+// verify`): operator level (each block of each layer fed the reference's inputs and discrete
+// decisions: MLA, DSA indexer, KDA, dense MLP, MoE and latent MoE), layer level (the engine's own
+// forward, per-layer outputs and AttnRes mixes) and model level (logits). Works on any
+// HybridModel, so every recipe gets it. The reference's taps come from
+// python/dayzero_ref/verify_dump.py.
 
 #include <cstdint>
 #include <map>
@@ -14,7 +16,7 @@
 #include "dayzero/core/parallel.h"
 #include "dayzero/core/status.h"
 #include "dayzero/core/tensor_view.h"
-#include "dayzero/model/arch/deepseek_v32_model.h"
+#include "dayzero/model/hybrid_model.h"
 #include "dayzero/model/taps.h"
 
 namespace dz::model {
@@ -57,9 +59,10 @@ inline constexpr double kRoutingGapBound = 1e-4;  // expert swaps allowed within
 
 // Runs every comparison for `token_ids` (positions 0…T−1, one sequence) against `ref`, the
 // reference's taps on the same tokens with the same KV cache dtype as `model`. Each C++ run gets a
-// fresh KV cache. kInvalidArgument when a needed tap is missing or has the wrong shape.
-Result<std::vector<VerifyRow>> verify_deepseek_v32(const ExecContext& ctx, DeepseekV32Model& model,
-                                                   std::span<const int32_t> token_ids,
-                                                   const TapMap& ref, int64_t block_size);
+// fresh KV cache and recurrent state. kInvalidArgument when a needed tap is missing or has the
+// wrong shape.
+Result<std::vector<VerifyRow>> verify_model(const ExecContext& ctx, HybridModel& model,
+                                            std::span<const int32_t> token_ids, const TapMap& ref,
+                                            int64_t block_size);
 
 }  // namespace dz::model

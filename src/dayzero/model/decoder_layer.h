@@ -1,0 +1,70 @@
+#pragma once
+// One decoder layer as blocks (models.md §7): a token mixer (MLA, MLA with the DSA indexer, or
+// KDA) and an FFN (dense gated MLP, MoE, latent MoE), each behind its pre-norm. The residual
+// around them (plain sum or AttnRes) belongs to the model that stacks the layers; a layer only
+// turns a normalized input into a sublayer output. Recipes fill the blocks a layer has; nothing
+// here knows an architecture.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "dayzero/core/arena.h"
+#include "dayzero/core/parallel.h"
+#include "dayzero/model/blocks/dsa_indexer.h"
+#include "dayzero/model/blocks/kda.h"
+#include "dayzero/model/blocks/mla.h"
+#include "dayzero/model/blocks/moe.h"
+#include "dayzero/model/forward_batch.h"
+#include "dayzero/model/kv_cache.h"
+#include "dayzero/model/layer_schedule.h"
+#include "dayzero/model/taps.h"
+
+namespace dz::model {
+
+struct DecoderLayer {
+  int layer_id = 0;
+  int64_t hidden_size = 0;
+  float norm_eps = 1e-6f;
+  std::vector<float> input_layernorm;           // [d]
+  std::vector<float> post_attention_layernorm;  // [d]
+
+  // Token mixer: exactly one of mla (optionally with indexer) and kda.
+  std::unique_ptr<MlaBlock> mla;
+  std::unique_ptr<DsaIndexer> indexer;  // MLA+DSA
+  std::unique_ptr<KdaBlock> kda;
+
+  // FFN: exactly one of dense_mlp and moe.
+  std::optional<MlpWeights> dense_mlp;
+  MlpActivation dense_activation;
+  std::unique_ptr<MoeBlock> moe;
+
+  // AttnRes pseudo-queries folded with their norms (models.md §5); empty without AttnRes.
+  std::vector<float> attn_res_query;  // before the mixer
+  std::vector<float> ffn_res_query;   // before the FFN
+  bool attn_res_write = false;        // the running prefix joins the bank before the mixer
+
+  AttentionKind attention_kind() const;
+  FfnKind ffn_kind() const;
+  // What this layer caches per token, and its recurrent state (KDA).
+  LayerCacheSpec cache_spec(kernels::KvCacheDtype kv_cache_dtype) const;
+  // What attention() and ffn() take from `scratch` for a step of at most max_tokens tokens whose
+  // sequences reach at most max_range cached positions.
+  size_t scratch_bytes(const ExecContext& ctx, int64_t max_tokens, int64_t max_range) const;
+
+  // normed [T, d] = round_bf16(input_layernorm(h)).
+  void attention_norm(const ExecContext& ctx, const float* h, int64_t num_tokens,
+                      float* normed) const;
+  void ffn_norm(const ExecContext& ctx, const float* h, int64_t num_tokens, float* normed) const;
+
+  // out [T, d] = the mixer's output (BF16-valued) for the normalized input; writes this layer's
+  // cache records and recurrent state. Taps "attn_norm" is the caller's; the blocks tap theirs.
+  void attention(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
+                 const float* normed, float* out, Arena& scratch, TapSink* taps) const;
+  // out [T, d] = the FFN's output (BF16-valued); taps "ffn_out".
+  void ffn(const ExecContext& ctx, const float* normed, int64_t num_tokens, float* out,
+           Arena& scratch, TapSink* taps) const;
+};
+
+}  // namespace dz::model

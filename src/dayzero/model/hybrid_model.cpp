@@ -1,0 +1,281 @@
+#include "dayzero/model/hybrid_model.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "dayzero/core/check.h"
+#include "dayzero/kernels/norms.h"
+#include "dayzero/model/blocks/attn_res.h"
+
+namespace dz::model {
+namespace {
+
+// x ← round_bf16(x + delta): the plain residual add in FP32, stored BF16 (notes/issue3.md).
+void add_residual(float* x, const float* delta, int64_t num_elems) {
+  for (int64_t i = 0; i < num_elems; ++i) x[i] += delta[i];
+  kernels::round_to_bf16(x, num_elems);
+}
+
+// The AttnRes state of one forward (models.md §5): completed block sums and the running prefix,
+// FP32 and never rounded. Lives for one forward only: nothing crosses steps.
+class AttnResStack {
+ public:
+  AttnResStack(int64_t num_tokens, int64_t dim, float eps)
+      : num_elems_(num_tokens * dim), num_tokens_(num_tokens), dim_(dim), eps_(eps) {}
+
+  float* prefix() { return prefix_.data(); }
+  void start(const float* embedding) { prefix_.assign(embedding, embedding + num_elems_); }
+  // out [T, d] = mix(bank ++ [P]) with the given folded query.
+  void mix(const ExecContext& ctx, const std::vector<float>& query, float* out) const {
+    std::vector<const float*> rows;
+    for (const std::vector<float>& row : bank_) rows.push_back(row.data());
+    rows.push_back(prefix_.data());
+    attn_res_mix(ctx, rows, query.data(), num_tokens_, dim_, eps_, out);
+  }
+  // A write layer: the running prefix becomes a bank row and restarts at zero.
+  void write() {
+    bank_.push_back(prefix_);
+    std::fill(prefix_.begin(), prefix_.end(), 0.0f);
+  }
+  void add(const float* delta) {
+    for (int64_t i = 0; i < num_elems_; ++i) prefix_[static_cast<size_t>(i)] += delta[i];
+  }
+
+ private:
+  int64_t num_elems_, num_tokens_, dim_;
+  float eps_;
+  std::vector<std::vector<float>> bank_;  // each [T, d]
+  std::vector<float> prefix_;             // P [T, d]
+};
+
+}  // namespace
+
+HybridModel::HybridModel(HybridModelParts parts) : parts_(std::move(parts)) {
+  const int64_t d = parts_.hidden_size;
+  DZ_CHECK(!parts_.layers.empty(), "a model needs layers");
+  DZ_CHECK(static_cast<int64_t>(parts_.final_norm.size()) == d, "final norm has {} values for {}",
+           parts_.final_norm.size(), d);
+  DZ_CHECK(parts_.lm_head.in_features() == d && parts_.lm_head.out_features() == parts_.vocab_size,
+           "lm_head [{}, {}] for vocab {} and hidden {}", parts_.lm_head.out_features(),
+           parts_.lm_head.in_features(), parts_.vocab_size, d);
+  for (const DecoderLayer& layer : parts_.layers) {
+    DZ_CHECK(layer.hidden_size == d, "layer {} hidden size {}", layer.layer_id, layer.hidden_size);
+    DZ_CHECK((layer.mla != nullptr) != (layer.kda != nullptr), "layer {}: one token mixer",
+             layer.layer_id);
+    DZ_CHECK(layer.dense_mlp.has_value() != (layer.moe != nullptr), "layer {}: one FFN",
+             layer.layer_id);
+    DZ_CHECK(has_attn_res() == !layer.attn_res_query.empty() &&
+                 has_attn_res() == !layer.ffn_res_query.empty(),
+             "layer {}: AttnRes queries must match the model's", layer.layer_id);
+    has_recurrent_state_ = has_recurrent_state_ || layer.kda != nullptr;
+  }
+  DZ_CHECK(!has_attn_res() || parts_.layers[0].attn_res_write,
+           "AttnRes: layer 0 must write the embedding into the bank");
+}
+
+const DecoderLayer& HybridModel::layer(int layer_id) const {
+  DZ_CHECK(layer_id >= 0 && layer_id < num_layers(), "layer {} of {}", layer_id, num_layers());
+  return parts_.layers[static_cast<size_t>(layer_id)];
+}
+
+std::vector<LayerCacheSpec> HybridModel::cache_layers() const {
+  std::vector<LayerCacheSpec> specs;
+  for (const DecoderLayer& layer : parts_.layers)
+    specs.push_back(layer.cache_spec(parts_.kv_cache_dtype));
+  for (const DecoderLayer* layer : extra_layers_)
+    specs.push_back(layer->cache_spec(parts_.kv_cache_dtype));
+  return specs;
+}
+
+Status HybridModel::check_batch(const ForwardBatch& batch, const KvCache& cache) const {
+  const int64_t num_tokens = batch.num_tokens();
+  if (static_cast<int64_t>(batch.positions.size()) != num_tokens ||
+      static_cast<int64_t>(batch.slot_mapping.size()) != num_tokens)
+    return make_error(StatusCode::kInvalidArgument,
+                      "batch: {} tokens but {} positions and {} slots", num_tokens,
+                      batch.positions.size(), batch.slot_mapping.size());
+  if (batch.block_size != cache.block_size())
+    return make_error(StatusCode::kInvalidArgument,
+                      "batch: block size {} differs from the cache's {}", batch.block_size,
+                      cache.block_size());
+  if (cache.num_layers() < static_cast<int64_t>(cache_layers().size()))
+    return make_error(StatusCode::kInvalidArgument, "KV cache has {} layers, the model needs {}",
+                      cache.num_layers(), cache_layers().size());
+  for (int64_t i = 0; i < num_tokens; ++i) {
+    int32_t id = batch.token_ids[static_cast<size_t>(i)];
+    if (id < 0 || id >= parts_.vocab_size)
+      return make_error(StatusCode::kInvalidArgument,
+                        "token id {} at index {} is outside the vocabulary [0, {})", id, i,
+                        parts_.vocab_size);
+  }
+  int64_t covered = 0;
+  std::vector<int32_t> state_slots;
+  for (const SequenceSlice& seq : batch.sequences) {
+    if (seq.token_begin != covered || seq.num_tokens <= 0 || seq.pos_begin < 0)
+      return make_error(StatusCode::kInvalidArgument,
+                        "batch: sequences must tile the tokens in order (sequence at {} with {} "
+                        "tokens, expected start {})",
+                        seq.token_begin, seq.num_tokens, covered);
+    covered += seq.num_tokens;
+    if (has_recurrent_state_) {
+      if (seq.state_slot < 0 || seq.state_slot >= cache.num_state_slots())
+        return make_error(StatusCode::kInvalidArgument,
+                          "batch: the sequence at token {} has state slot {}, the cache has {} "
+                          "recurrent-state slots",
+                          seq.token_begin, seq.state_slot, cache.num_state_slots());
+      if (std::find(state_slots.begin(), state_slots.end(), seq.state_slot) != state_slots.end())
+        return make_error(StatusCode::kInvalidArgument,
+                          "batch: state slot {} is used by two sequences", seq.state_slot);
+      state_slots.push_back(seq.state_slot);
+    }
+    const int64_t blocks_needed =
+        (seq.num_cached_after() + batch.block_size - 1) / batch.block_size;
+    if (static_cast<int64_t>(seq.block_table.size()) < blocks_needed)
+      return make_error(StatusCode::kInvalidArgument,
+                        "batch: {} cached positions need {} blocks, the block table has {}",
+                        seq.num_cached_after(), blocks_needed, seq.block_table.size());
+    for (int32_t block_id : seq.block_table.first(static_cast<size_t>(blocks_needed)))
+      if (block_id < 0 || block_id >= cache.num_blocks())
+        return make_error(StatusCode::kInvalidArgument, "batch: block id {} outside [0, {})",
+                          block_id, cache.num_blocks());
+    for (int64_t i = 0; i < seq.num_tokens; ++i) {
+      const auto t = static_cast<size_t>(seq.token_begin + i);
+      if (batch.positions[t] != seq.pos_begin + i ||
+          batch.slot_mapping[t] != slot_of(seq.block_table, batch.block_size, seq.pos_begin + i))
+        return make_error(StatusCode::kInvalidArgument,
+                          "batch: token {} has position {} and slot {}, its sequence implies {} "
+                          "and {}",
+                          t, batch.positions[t], batch.slot_mapping[t], seq.pos_begin + i,
+                          slot_of(seq.block_table, batch.block_size, seq.pos_begin + i));
+    }
+  }
+  if (covered != num_tokens)
+    return make_error(StatusCode::kInvalidArgument, "batch: sequences cover {} of {} tokens",
+                      covered, num_tokens);
+  return Status::ok_status();
+}
+
+void HybridModel::ensure_scratch(const ExecContext& ctx, const ForwardBatch& batch) {
+  const int64_t T = batch.num_tokens();
+  int64_t max_range = 0;
+  for (const SequenceSlice& seq : batch.sequences)
+    max_range = std::max(max_range, seq.num_cached_after());
+  size_t bytes = 64 * 1024;
+  for (const DecoderLayer& layer : parts_.layers)
+    bytes = std::max(bytes, layer.scratch_bytes(ctx, T, max_range));
+  for (const DecoderLayer* layer : extra_layers_)
+    bytes = std::max(bytes, layer->scratch_bytes(ctx, T, max_range));
+  if (scratch_ == nullptr || scratch_->capacity_bytes() < bytes)
+    scratch_ = std::make_unique<Arena>(bytes);
+}
+
+Arena& HybridModel::block_scratch(const ExecContext& ctx, const ForwardBatch& batch) {
+  ensure_scratch(ctx, batch);
+  return *scratch_;
+}
+
+void HybridModel::run_plain(const ExecContext& ctx, const DecoderLayer& layer,
+                            const ForwardBatch& batch, KvCache& cache, float* x, TapSink* taps) {
+  const int64_t T = batch.num_tokens();
+  const int64_t d = parts_.hidden_size;
+  std::vector<float> normed(static_cast<size_t>(T * d));  // [T, d]
+  std::vector<float> delta(static_cast<size_t>(T * d));   // [T, d] sublayer output
+  layer.attention_norm(ctx, x, T, normed.data());
+  tap(taps, layer.layer_id, "attn_norm", normed.data(), {T, d});
+  layer.attention(ctx, batch, cache, normed.data(), delta.data(), *scratch_, taps);
+  add_residual(x, delta.data(), T * d);
+  layer.ffn_norm(ctx, x, T, normed.data());
+  tap(taps, layer.layer_id, "ffn_norm", normed.data(), {T, d});
+  layer.ffn(ctx, normed.data(), T, delta.data(), *scratch_, taps);
+  add_residual(x, delta.data(), T * d);
+  tap(taps, layer.layer_id, "layer_out", x, {T, d});
+}
+
+void HybridModel::run_extra_layer(const ExecContext& ctx, const DecoderLayer& layer,
+                                  const ForwardBatch& batch, KvCache& cache, float* x,
+                                  TapSink* taps) {
+  ensure_scratch(ctx, batch);
+  run_plain(ctx, layer, batch, cache, x, taps);
+}
+
+Status HybridModel::forward_hidden(const ExecContext& ctx, const ForwardBatch& batch,
+                                   KvCache& cache, float* out, TapSink* taps) {
+  DZ_RETURN_IF_ERROR(check_batch(batch, cache));
+  ensure_scratch(ctx, batch);
+  const int64_t T = batch.num_tokens();
+  const int64_t d = parts_.hidden_size;
+  parts_.embed_tokens.lookup(batch.token_ids, out);  // BF16 values: already BF16-valued
+  if (!has_attn_res()) {
+    for (const DecoderLayer& layer : parts_.layers) run_plain(ctx, layer, batch, cache, out, taps);
+    return Status::ok_status();
+  }
+
+  // Block AttnRes (models.md §5): the sublayers read mixes of the bank and the running prefix P;
+  // their outputs only ever add to P.
+  AttnResStack stack(T, d, parts_.attn_res_eps);
+  stack.start(out);
+  std::vector<float> h(static_cast<size_t>(T * d));       // [T, d] the mix
+  std::vector<float> normed(static_cast<size_t>(T * d));  // [T, d]
+  std::vector<float> delta(static_cast<size_t>(T * d));   // [T, d]
+  for (const DecoderLayer& layer : parts_.layers) {
+    const int id = layer.layer_id;
+    stack.mix(ctx, layer.attn_res_query, h.data());  // before the bank write (§5)
+    tap(taps, id, "attn_mix", h.data(), {T, d});
+    if (layer.attn_res_write) stack.write();
+    layer.attention_norm(ctx, h.data(), T, normed.data());
+    tap(taps, id, "attn_norm", normed.data(), {T, d});
+    layer.attention(ctx, batch, cache, normed.data(), delta.data(), *scratch_, taps);
+    stack.add(delta.data());
+    stack.mix(ctx, layer.ffn_res_query, h.data());
+    tap(taps, id, "ffn_mix", h.data(), {T, d});
+    layer.ffn_norm(ctx, h.data(), T, normed.data());
+    tap(taps, id, "ffn_norm", normed.data(), {T, d});
+    layer.ffn(ctx, normed.data(), T, delta.data(), *scratch_, taps);
+    stack.add(delta.data());
+    tap(taps, id, "layer_out", stack.prefix(), {T, d});
+  }
+  stack.mix(ctx, parts_.final_attn_res_query, out);
+  tap(taps, -1, "final_mix", out, {T, d});
+  return Status::ok_status();
+}
+
+void HybridModel::final_norm(const ExecContext& ctx, const float* hidden, int64_t num_tokens,
+                             float* out) const {
+  const int64_t d = parts_.hidden_size;
+  kernels::rms_norm(ctx, hidden, d, parts_.final_norm.data(), out, d, num_tokens, d,
+                    parts_.final_norm_eps);
+  kernels::round_to_bf16(out, num_tokens * d);
+}
+
+void HybridModel::lm_head(const ExecContext& ctx, const float* normed,
+                          std::span<const int64_t> rows, float* logits) const {
+  const int64_t d = parts_.hidden_size;
+  const auto num_rows = static_cast<int64_t>(rows.size());
+  std::vector<float> picked(static_cast<size_t>(num_rows * d));  // [rows, d]
+  for (int64_t r = 0; r < num_rows; ++r)
+    std::memcpy(picked.data() + r * d, normed + rows[static_cast<size_t>(r)] * d,
+                static_cast<size_t>(d) * sizeof(float));
+  parts_.lm_head.forward(ctx, picked.data(), num_rows, logits);
+}
+
+Status HybridModel::forward(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
+                            std::span<const int64_t> logits_rows, float* out_logits,
+                            TapSink* taps) {
+  const int64_t T = batch.num_tokens();
+  const int64_t d = parts_.hidden_size;
+  for (int64_t row : logits_rows)
+    if (row < 0 || row >= T)
+      return make_error(StatusCode::kInvalidArgument, "logits row {} outside the batch's {} tokens",
+                        row, T);
+  std::vector<float> hidden(static_cast<size_t>(T * d));
+  DZ_RETURN_IF_ERROR(forward_hidden(ctx, batch, cache, hidden.data(), taps));
+  final_norm(ctx, hidden.data(), T, hidden.data());
+  tap(taps, -1, "final_norm", hidden.data(), {T, d});
+  lm_head(ctx, hidden.data(), logits_rows, out_logits);
+  tap(taps, -1, "logits", out_logits,
+      {static_cast<int64_t>(logits_rows.size()), parts_.vocab_size});
+  keep_final_norm(batch, hidden);
+  return Status::ok_status();
+}
+
+}  // namespace dz::model

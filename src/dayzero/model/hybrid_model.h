@@ -1,0 +1,91 @@
+#pragma once
+// The generic decoder every recipe composes (models.md §7): token embedding, a stack of
+// DecoderLayers (any mix of MLA, MLA+DSA and KDA mixers with dense, MoE or latent-MoE FFNs), the
+// residual as a plain sum or as block AttnRes (§5), final norm and lm_head. A new hybrid is a
+// recipe that fills HybridModelParts, not new forward code.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "dayzero/core/arena.h"
+#include "dayzero/formats/checkpoint.h"
+#include "dayzero/kernels/linear.h"
+#include "dayzero/model/causal_lm.h"
+#include "dayzero/model/decoder_layer.h"
+#include "dayzero/model/weight_loader.h"
+
+namespace dz::model {
+
+struct HybridModelParts {
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  float final_norm_eps = 1e-6f;
+  float attn_res_eps = 1e-6f;  // AttnRes score norm (models.md §5: rms_norm_eps, (unverified))
+  kernels::KvCacheDtype kv_cache_dtype = kernels::KvCacheDtype::kBf16;
+  std::unique_ptr<formats::Checkpoint> checkpoint;  // the embedding table lives in its mapping
+  Embedding embed_tokens;                           // [vocab, d]
+  std::vector<float> final_norm;                    // [d]
+  kernels::LinearWeight lm_head;                    // [vocab, d]
+  std::vector<DecoderLayer> layers;                 // main layers, in order
+  // AttnRes: the final mix's folded query [d]; empty without AttnRes. With it every layer must
+  // carry its two queries.
+  std::vector<float> final_attn_res_query;
+};
+
+class HybridModel : public CausalLm {
+ public:
+  // Checks the parts fit together (DZ_CHECK: the recipe built them from a validated checkpoint).
+  explicit HybridModel(HybridModelParts parts);
+
+  int64_t vocab_size() const override { return parts_.vocab_size; }
+  int64_t hidden_size() const override { return parts_.hidden_size; }
+  std::vector<LayerCacheSpec> cache_layers() const override;
+  Status forward(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
+                 std::span<const int64_t> logits_rows, float* out_logits, TapSink* taps) override;
+
+  // The stack without the head: out [T, d] = the hidden state that model.norm reads (the
+  // residual stream after the last layer, or the final AttnRes mix). forward() is this,
+  // final_norm() and lm_head() on the asked rows.
+  Status forward_hidden(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
+                        float* out, TapSink* taps);
+  // out [T, d] = round_bf16(model.norm(hidden)); may alias.
+  void final_norm(const ExecContext& ctx, const float* hidden, int64_t num_tokens,
+                  float* out) const;
+  // logits [rows.size(), vocab] of the final-norm rows picked from normed [T, d].
+  void lm_head(const ExecContext& ctx, const float* normed, std::span<const int64_t> rows,
+               float* logits) const;
+  // Batch checks of forward(): ids in the vocabulary, positions, slots, block tables, state slots.
+  Status check_batch(const ForwardBatch& batch, const KvCache& cache) const;
+
+  int num_layers() const { return static_cast<int>(parts_.layers.size()); }
+  const DecoderLayer& layer(int layer_id) const;
+  bool has_attn_res() const { return !parts_.final_attn_res_query.empty(); }
+  const Embedding& embed_tokens() const { return parts_.embed_tokens; }
+  kernels::KvCacheDtype kv_cache_dtype() const { return parts_.kv_cache_dtype; }
+  // The block arena sized for `batch` (operator-level verification resets it before each block).
+  Arena& block_scratch(const ExecContext& ctx, const ForwardBatch& batch);
+
+ protected:
+  // An extra layer outside the stack (DeepSeek's MTP layer): its caches follow the main layers'
+  // in cache_layers() and the block arena covers it. `layer` must outlive the model.
+  void add_extra_layer(const DecoderLayer* layer) { extra_layers_.push_back(layer); }
+  // Runs an extra layer on x [T, d] with the plain residual, in place.
+  void run_extra_layer(const ExecContext& ctx, const DecoderLayer& layer, const ForwardBatch& batch,
+                       KvCache& cache, float* x, TapSink* taps);
+  // Called by forward() with the model.norm output of every token [T, d]; may take it.
+  virtual void keep_final_norm(const ForwardBatch& /*batch*/, std::vector<float>& /*normed*/) {}
+
+ private:
+  void ensure_scratch(const ExecContext& ctx, const ForwardBatch& batch);
+  void run_plain(const ExecContext& ctx, const DecoderLayer& layer, const ForwardBatch& batch,
+                 KvCache& cache, float* x, TapSink* taps);
+
+  HybridModelParts parts_;
+  std::vector<const DecoderLayer*> extra_layers_;
+  std::unique_ptr<Arena> scratch_;
+  bool has_recurrent_state_ = false;
+};
+
+}  // namespace dz::model

@@ -1,0 +1,383 @@
+#include "dayzero/model/verify.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <set>
+
+#include "dayzero/kernels/norms.h"
+#include "dayzero/model/kv_cache.h"
+
+namespace dz::model {
+
+void CapturingTapSink::on_tap(int layer_id, std::string_view name, const float* data,
+                              const Shape& shape) {
+  TapArray& a = taps_[{layer_id, std::string(name)}];
+  a.shape = shape;
+  a.data.assign(data, data + shape.num_elems());
+}
+
+namespace {
+
+// One sequence of token ids at positions 0…T−1 over a fresh KV cache (the trivial block
+// allocator): each C++ run of the verification starts from empty caches.
+struct FreshSequence {
+  KvCache cache;
+  SequentialBlocks blocks;
+  std::vector<int32_t> positions;
+  std::vector<int64_t> slots;
+  ForwardBatch batch;
+};
+
+Result<std::unique_ptr<FreshSequence>> fresh_sequence(const CausalLm& model,
+                                                      std::span<const int32_t> token_ids,
+                                                      int64_t block_size) {
+  const auto T = static_cast<int64_t>(token_ids.size());
+  const int64_t num_blocks = (T + block_size - 1) / block_size;
+  std::vector<LayerCacheSpec> layers = model.cache_layers();
+  const bool recurrent = std::any_of(layers.begin(), layers.end(), [](const LayerCacheSpec& spec) {
+    return spec.kda.num_heads > 0;
+  });
+  DZ_ASSIGN_OR_RETURN(KvCache cache,
+                      KvCache::create(layers, num_blocks, block_size, recurrent ? 1 : 0));
+  auto seq = std::unique_ptr<FreshSequence>(
+      new FreshSequence{std::move(cache), SequentialBlocks(num_blocks, block_size), {}, {}, {}});
+  DZ_RETURN_IF_ERROR(seq->blocks.reserve(T));
+  for (int64_t i = 0; i < T; ++i) {
+    seq->positions.push_back(static_cast<int32_t>(i));
+    seq->slots.push_back(seq->blocks.slot_of(i));
+  }
+  seq->batch = ForwardBatch{
+      .token_ids = token_ids,
+      .positions = seq->positions,
+      .slot_mapping = seq->slots,
+      .sequences = {SequenceSlice{.token_begin = 0,
+                                  .num_tokens = T,
+                                  .pos_begin = 0,
+                                  .block_table = seq->blocks.block_table(),
+                                  .state_slot = 0}},
+      .block_size = block_size,
+  };
+  return seq;
+}
+
+Result<const TapArray*> need(const TapMap& taps, int layer_id, const std::string& name,
+                             const Shape& shape, const char* side) {
+  auto it = taps.find({layer_id, name});
+  if (it == taps.end())
+    return make_error(StatusCode::kInvalidArgument, "{} tap ({}, {}) is missing", side, layer_id,
+                      name);
+  if (!(it->second.shape == shape))
+    return make_error(StatusCode::kInvalidArgument, "{} tap ({}, {}) has shape {}, expected {}",
+                      side, layer_id, name, it->second.shape.to_string(), shape.to_string());
+  return &it->second;
+}
+
+// ‖a − b‖₂ / ‖b‖₂ over n elements (the absolute norm when b is all zeros).
+double rel_rms(const float* a, const float* b, int64_t n) {
+  double diff = 0, ref = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
+    diff += d * d;
+    ref += static_cast<double>(b[i]) * static_cast<double>(b[i]);
+  }
+  return ref > 0 ? std::sqrt(diff / ref) : std::sqrt(diff);
+}
+
+VerifyRow below(std::string level, int layer_id, std::string quantity, std::string metric,
+                double value, double tolerance) {
+  return VerifyRow{std::move(level), layer_id, std::move(quantity), std::move(metric), value,
+                   tolerance,        false,    value < tolerance};
+}
+
+// A count that must not exceed `tolerance`.
+VerifyRow count_at_most(std::string level, int layer_id, std::string quantity, std::string metric,
+                        int64_t count, int64_t tolerance) {
+  return VerifyRow{std::move(level),
+                   layer_id,
+                   std::move(quantity),
+                   std::move(metric),
+                   static_cast<double>(count),
+                   static_cast<double>(tolerance),
+                   false,
+                   count <= tolerance};
+}
+
+// Rows whose selected sets differ by more than near-ties: a position chosen by one side only is
+// excused when its reference score is within `bound`·max|row score| of the reference's k-th score
+// (a BF16 / FP8 rounding flip between nearly equal candidates, models.md §8.1).
+int64_t indexer_unexplained_rows(const int32_t* ours, const float* ref_sel, const float* ref_scores,
+                                 int64_t T, int64_t K) {
+  int64_t bad_rows = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    std::set<int32_t> a, b;
+    for (int64_t j = 0; j < K; ++j) {
+      if (ours[t * K + j] >= 0) a.insert(ours[t * K + j]);
+      if (ref_sel[t * K + j] >= 0) b.insert(static_cast<int32_t>(ref_sel[t * K + j]));
+    }
+    if (a == b) continue;
+    const float* row = ref_scores + t * T;
+    double scale = 0, kth = INFINITY;
+    for (int64_t s = 0; s <= t; ++s) scale = std::max(scale, std::fabs(double{row[s]}));
+    for (int32_t s : b) kth = std::min(kth, double{row[s]});
+    bool explained = a.size() == b.size();
+    for (int32_t s : a)
+      if (!b.count(s) && (s > t || std::fabs(row[s] - kth) > kIndexerGapBound * scale))
+        explained = false;
+    for (int32_t s : b)
+      if (!a.count(s) && std::fabs(row[s] - kth) > kIndexerGapBound * scale) explained = false;
+    if (!explained) ++bad_rows;
+  }
+  return bad_rows;
+}
+
+// Tokens whose expert sets differ by more than near-ties of the biased reference scores.
+int64_t routing_unexplained_tokens(const std::vector<int32_t>& ours, const float* ref_ids,
+                                   const float* ref_scores, const std::vector<float>& bias,
+                                   int64_t T, int64_t k, int64_t E) {
+  int64_t bad = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    std::set<int32_t> a, b;
+    for (int64_t j = 0; j < k; ++j) {
+      a.insert(ours[static_cast<size_t>(t * k + j)]);
+      b.insert(static_cast<int32_t>(ref_ids[t * k + j]));
+    }
+    if (a == b) continue;
+    double lo = INFINITY, hi = -INFINITY;
+    auto biased = [&](int32_t e) {
+      return double{ref_scores[t * E + e]} +
+             (bias.empty() ? 0.0 : double{bias[static_cast<size_t>(e)]});
+    };
+    for (int32_t e : a)
+      if (!b.count(e)) lo = std::min(lo, biased(e)), hi = std::max(hi, biased(e));
+    for (int32_t e : b)
+      if (!a.count(e)) lo = std::min(lo, biased(e)), hi = std::max(hi, biased(e));
+    if (hi - lo > kRoutingGapBound) ++bad;
+  }
+  return bad;
+}
+
+// The engine's tap `name` against the reference's, both [rows, cols].
+Status compare_tap(const TapMap& ours, const TapMap& ref, int layer_id, const std::string& name,
+                   const Shape& shape, const char* level, double tolerance,
+                   std::vector<VerifyRow>& rows) {
+  DZ_ASSIGN_OR_RETURN(const TapArray* a, need(ours, layer_id, name, shape, "engine"));
+  DZ_ASSIGN_OR_RETURN(const TapArray* b, need(ref, layer_id, name, shape, "reference"));
+  rows.push_back(below(level, layer_id, name, "rel_rms",
+                       rel_rms(a->data.data(), b->data.data(), shape.num_elems()), tolerance));
+  return Status::ok_status();
+}
+
+// MLA + DSA indexer on the reference's attention input and q latent (models.md §8.1): indexer
+// scores at the selected positions, the selected sets up to near-ties, then sparse attention over
+// the reference's own selection.
+Status dsa_mla_rows(const ExecContext& ctx, const DecoderLayer& layer, FreshSequence& seq,
+                    const TapMap& ref, const float* attn_norm, Arena& scratch, float* out,
+                    std::vector<VerifyRow>& rows) {
+  const ForwardBatch& batch = seq.batch;
+  const int l = layer.layer_id;
+  const int64_t T = batch.num_tokens(), K = layer.indexer->config().index_topk;
+  const int64_t r_q = layer.mla->config().q_lora_rank;
+  const char* kRef = "reference";
+  DZ_ASSIGN_OR_RETURN(const TapArray* q_latent, need(ref, l, "q_latent", {T, r_q}, kRef));
+  DZ_ASSIGN_OR_RETURN(const TapArray* ref_scores, need(ref, l, "index_scores", {T, T}, kRef));
+  DZ_ASSIGN_OR_RETURN(const TapArray* ref_sel, need(ref, l, "index_selection", {T, K}, kRef));
+  std::vector<int32_t> selection(static_cast<size_t>(T * K));
+  CapturingTapSink sink;
+  scratch.reset();
+  layer.indexer->select(ctx, batch, attn_norm, q_latent->data.data(), seq.cache.index_layer(l),
+                        selection, scratch, &sink, l);
+  DZ_ASSIGN_OR_RETURN(const TapArray* our_scores,
+                      need(sink.taps(), l, "index_scores", {T, K}, "engine"));
+  std::vector<float> ours, theirs;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < K; ++j) {
+      const int32_t s = selection[static_cast<size_t>(t * K + j)];
+      if (s < 0 || s > t) continue;
+      ours.push_back(our_scores->data[static_cast<size_t>(t * K + j)]);
+      theirs.push_back(ref_scores->data[static_cast<size_t>(t * T + s)]);
+    }
+  rows.push_back(below("operator", l, "index_scores", "rel_rms",
+                       rel_rms(ours.data(), theirs.data(), static_cast<int64_t>(ours.size())),
+                       kOperatorRelRms));
+  rows.push_back(count_at_most("operator", l, "index_selection", "rows_beyond_gap",
+                               indexer_unexplained_rows(selection.data(), ref_sel->data.data(),
+                                                        ref_scores->data.data(), T, K),
+                               0));
+  // Sparse attention over the reference's selection (dense while every t + 1 ≤ K: the same set,
+  // as the model runs it).
+  std::vector<int32_t> forced_sel(static_cast<size_t>(T * K));
+  for (size_t i = 0; i < forced_sel.size(); ++i)
+    forced_sel[i] = static_cast<int32_t>(ref_sel->data[i]);
+  const TokenSelection attend =
+      T > K ? TokenSelection{.positions = forced_sel, .width = K} : TokenSelection{};
+  scratch.reset();
+  layer.mla->forward(ctx, batch, attn_norm, q_latent->data.data(), seq.cache.mla_layer(l), attend,
+                     out, scratch, nullptr, l);
+  return Status::ok_status();
+}
+
+// The token mixer of `layer` on the reference's attention input.
+Status mixer_rows(const ExecContext& ctx, const DecoderLayer& layer, FreshSequence& seq,
+                  const TapMap& ref, Arena& scratch, std::vector<VerifyRow>& rows) {
+  const ForwardBatch& batch = seq.batch;
+  const int l = layer.layer_id;
+  const int64_t T = batch.num_tokens(), d = layer.hidden_size;
+  const char* kRef = "reference";
+  DZ_ASSIGN_OR_RETURN(const TapArray* attn_norm, need(ref, l, "attn_norm", {T, d}, kRef));
+  std::vector<float> out(static_cast<size_t>(T * d));
+  if (layer.kda != nullptr) {
+    // KDA from a zero state: every intermediate the block taps, then its output.
+    CapturingTapSink sink;
+    scratch.reset();
+    layer.kda->forward(ctx, batch, attn_norm->data.data(), seq.cache.kda_layer(l), out.data(),
+                       scratch, &sink, l);
+    const KdaConfig& c = layer.kda->config();
+    const int64_t width = c.num_heads * c.head_dim;
+    for (const char* name : {"kda_q", "kda_k", "kda_v", "kda_g", "kda_core"})
+      DZ_RETURN_IF_ERROR(
+          compare_tap(sink.taps(), ref, l, name, {T, width}, "operator", kOperatorRelRms, rows));
+    DZ_RETURN_IF_ERROR(compare_tap(sink.taps(), ref, l, "kda_beta", {T, c.num_heads}, "operator",
+                                   kOperatorRelRms, rows));
+  } else {
+    // q latent from the reference's attention input; the blocks below read the reference's.
+    const int64_t r_q = layer.mla->config().q_lora_rank;
+    const TapArray* q_latent = nullptr;
+    if (r_q > 0) {
+      DZ_ASSIGN_OR_RETURN(q_latent, need(ref, l, "q_latent", {T, r_q}, kRef));
+      std::vector<float> c_q(static_cast<size_t>(T * r_q));
+      layer.mla->q_latent(ctx, attn_norm->data.data(), T, c_q.data());
+      rows.push_back(below("operator", l, "q_latent", "rel_rms",
+                           rel_rms(c_q.data(), q_latent->data.data(), T * r_q), kOperatorRelRms));
+    }
+    if (layer.indexer != nullptr) {
+      DZ_RETURN_IF_ERROR(
+          dsa_mla_rows(ctx, layer, seq, ref, attn_norm->data.data(), scratch, out.data(), rows));
+    } else {
+      scratch.reset();
+      layer.mla->forward(ctx, batch, attn_norm->data.data(),
+                         q_latent != nullptr ? q_latent->data.data() : nullptr,
+                         seq.cache.mla_layer(l), TokenSelection{}, out.data(), scratch, nullptr, l);
+    }
+  }
+  kernels::round_to_bf16(out.data(), T * d);
+  DZ_ASSIGN_OR_RETURN(const TapArray* attn_out, need(ref, l, "attn_out", {T, d}, kRef));
+  rows.push_back(below("operator", l, "attn_out", "rel_rms",
+                       rel_rms(out.data(), attn_out->data.data(), T * d), kOperatorRelRms));
+  return Status::ok_status();
+}
+
+// The FFN of `layer` on the reference's FFN input: routing first, then the experts with the
+// reference's decisions.
+Status ffn_rows(const ExecContext& ctx, const DecoderLayer& layer, int64_t T, const TapMap& ref,
+                Arena& scratch, std::vector<VerifyRow>& rows) {
+  const int l = layer.layer_id;
+  const int64_t d = layer.hidden_size;
+  const char* kRef = "reference";
+  DZ_ASSIGN_OR_RETURN(const TapArray* ffn_norm, need(ref, l, "ffn_norm", {T, d}, kRef));
+  DZ_ASSIGN_OR_RETURN(const TapArray* ffn_out, need(ref, l, "ffn_out", {T, d}, kRef));
+  std::vector<float> out(static_cast<size_t>(T * d));
+  scratch.reset();
+  if (layer.moe != nullptr) {
+    const MoeConfig& c = layer.moe->config();
+    const int64_t E = c.num_experts, k = c.num_experts_per_tok;
+    DZ_ASSIGN_OR_RETURN(const TapArray* ref_router, need(ref, l, "router_scores", {T, E}, kRef));
+    DZ_ASSIGN_OR_RETURN(const TapArray* ref_ids, need(ref, l, "routing_ids", {T, k}, kRef));
+    DZ_ASSIGN_OR_RETURN(const TapArray* ref_w, need(ref, l, "routing_weights", {T, k}, kRef));
+    RoutingResult routing;
+    route_grouped_sigmoid(ctx, c, layer.moe->weights(), ffn_norm->data.data(), T, d, routing);
+    rows.push_back(below("operator", l, "router_scores", "rel_rms",
+                         rel_rms(routing.scores.data(), ref_router->data.data(), T * E),
+                         kOperatorRelRms));
+    rows.push_back(count_at_most(
+        "operator", l, "routing_ids", "tokens_beyond_gap",
+        routing_unexplained_tokens(routing.expert_ids, ref_ids->data.data(),
+                                   ref_router->data.data(),
+                                   layer.moe->weights().e_score_correction_bias, T, k, E),
+        0));
+    RoutingResult forced;
+    forced.expert_ids.resize(static_cast<size_t>(T * k));
+    for (size_t i = 0; i < forced.expert_ids.size(); ++i)
+      forced.expert_ids[i] = static_cast<int32_t>(ref_ids->data[i]);
+    forced.weights = ref_w->data;
+    CapturingTapSink sink;
+    layer.moe->forward(ctx, ffn_norm->data.data(), T, out.data(), scratch, &sink, l, &forced);
+    if (layer.moe->weights().latent_down_proj) {
+      const int64_t r = layer.moe->weights().latent_down_proj->out_features();
+      DZ_RETURN_IF_ERROR(
+          compare_tap(sink.taps(), ref, l, "latent_in", {T, r}, "operator", kOperatorRelRms, rows));
+    }
+  } else {
+    gated_mlp_forward(ctx, *layer.dense_mlp, layer.dense_activation, ffn_norm->data.data(), T,
+                      out.data(), scratch);
+    kernels::round_to_bf16(out.data(), T * d);
+  }
+  rows.push_back(below("operator", l, "ffn_out", "rel_rms",
+                       rel_rms(out.data(), ffn_out->data.data(), T * d), kOperatorRelRms));
+  return Status::ok_status();
+}
+
+}  // namespace
+
+Result<std::vector<VerifyRow>> verify_model(const ExecContext& ctx, HybridModel& model,
+                                            std::span<const int32_t> token_ids, const TapMap& ref,
+                                            int64_t block_size) {
+  const auto T = static_cast<int64_t>(token_ids.size());
+  const int64_t d = model.hidden_size(), V = model.vocab_size();
+  if (T == 0) return make_error(StatusCode::kInvalidArgument, "verify: no tokens");
+  std::vector<VerifyRow> rows;
+
+  // Operator level: one fresh cache for all layers (each writes only its own pools and state).
+  {
+    DZ_ASSIGN_OR_RETURN(std::unique_ptr<FreshSequence> seq,
+                        fresh_sequence(model, token_ids, block_size));
+    Arena& scratch = model.block_scratch(ctx, seq->batch);
+    for (int l = 0; l < model.num_layers(); ++l) {
+      DZ_RETURN_IF_ERROR(mixer_rows(ctx, model.layer(l), *seq, ref, scratch, rows));
+      DZ_RETURN_IF_ERROR(ffn_rows(ctx, model.layer(l), T, ref, scratch, rows));
+    }
+  }
+
+  // Layer and model level: the engine's own forward, with its own decisions.
+  DZ_ASSIGN_OR_RETURN(std::unique_ptr<FreshSequence> seq,
+                      fresh_sequence(model, token_ids, block_size));
+  std::vector<int64_t> all_rows(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) all_rows[static_cast<size_t>(t)] = t;
+  std::vector<float> logits(static_cast<size_t>(T * V));
+  CapturingTapSink sink;
+  DZ_RETURN_IF_ERROR(model.forward(ctx, seq->batch, seq->cache, all_rows, logits.data(), &sink));
+  for (int l = 0; l < model.num_layers(); ++l) {
+    if (model.has_attn_res()) {
+      DZ_RETURN_IF_ERROR(
+          compare_tap(sink.taps(), ref, l, "attn_mix", {T, d}, "layer", kLayerRelRms, rows));
+      DZ_RETURN_IF_ERROR(
+          compare_tap(sink.taps(), ref, l, "ffn_mix", {T, d}, "layer", kLayerRelRms, rows));
+    }
+    DZ_RETURN_IF_ERROR(
+        compare_tap(sink.taps(), ref, l, "layer_out", {T, d}, "layer", kLayerRelRms, rows));
+  }
+  if (model.has_attn_res())
+    DZ_RETURN_IF_ERROR(
+        compare_tap(sink.taps(), ref, -1, "final_mix", {T, d}, "layer", kLayerRelRms, rows));
+
+  DZ_ASSIGN_OR_RETURN(const TapArray* ref_logits, need(ref, -1, "logits", {T, V}, "reference"));
+  std::vector<double> rel(static_cast<size_t>(T));
+  int64_t agree = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* a = logits.data() + t * V;
+    const float* b = ref_logits->data.data() + t * V;
+    rel[static_cast<size_t>(t)] = rel_rms(a, b, V);
+    agree += (std::max_element(a, a + V) - a) == (std::max_element(b, b + V) - b);
+  }
+  std::sort(rel.begin(), rel.end());
+  const double median =
+      T % 2 == 1 ? rel[static_cast<size_t>(T / 2)]
+                 : 0.5 * (rel[static_cast<size_t>(T / 2 - 1)] + rel[static_cast<size_t>(T / 2)]);
+  rows.push_back(below("model", -1, "logits", "median_rel_l2", median, kLogitsMedianRelL2));
+  const double agreement = static_cast<double>(agree) / static_cast<double>(T);
+  rows.push_back(VerifyRow{"model", -1, "logits", "argmax_agree", agreement, kArgmaxAgreement, true,
+                           agreement >= kArgmaxAgreement});
+  return rows;
+}
+
+}  // namespace dz::model
