@@ -21,19 +21,15 @@
 """
 
 import os
-import subprocess
 import tempfile
 import unittest
 
 import numpy as np
 import torch
 
+from cli_support import rel_l2_per_row, run_dayzero, skip_unless_built
 from dayzero_ref import make_tiny
 
-SOURCE_DIR = os.environ.get("DZ_SOURCE_DIR",
-                            os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
-BUILD_DIR = os.environ.get("DZ_BUILD_DIR", os.path.join(SOURCE_DIR, "build"))
-DAYZERO = os.path.join(BUILD_DIR, "src", "dayzero", "cli", "dayzero")
 
 LENGTHS = (17, 33, 65, 100)
 DTYPES = ("fp8", "bf16")
@@ -58,15 +54,10 @@ def prompt(length, vocab):
     return torch.randint(2, vocab, (length,), generator=gen).tolist()
 
 
-def rel_l2_per_row(ours, ref):
-    return np.linalg.norm(ours - ref, axis=1) / np.linalg.norm(ref, axis=1)
-
-
 class DeepseekV32Cli(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not os.path.exists(DAYZERO):
-            raise unittest.SkipTest(f"{DAYZERO} is not built (ninja -C {BUILD_DIR} dayzero)")
+        skip_unless_built()
         cls.tmp = tempfile.TemporaryDirectory()
         cls.model_dir = os.path.join(cls.tmp.name, "deepseek_v32-tiny")
         cls.config = make_tiny.make_tiny("deepseek_v32", cls.model_dir, seed=0)
@@ -77,17 +68,13 @@ class DeepseekV32Cli(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def run_dayzero(self, *args):
-        return subprocess.run([DAYZERO, *map(str, args)], capture_output=True, text=True,
-                              timeout=600, check=False)
-
     def logits(self, ids, *flags, threads=1):
         """(logits [T, V], MTP logits [T − 1, V]). One thread by default: the tiny model is too
         small to gain from more, and on a loaded machine OpenMP barriers make multi-threaded runs
         many times slower."""
         out = os.path.join(self.tmp.name, "logits.npy")
         mtp_out = os.path.join(self.tmp.name, "mtp.npy")
-        proc = self.run_dayzero("logits", "--model", self.model_dir, "--token-ids",
+        proc = run_dayzero("logits", "--model", self.model_dir, "--token-ids",
                                 ",".join(map(str, ids)), "--output", out, "--mtp-output", mtp_out,
                                 "--threads", threads, *flags)
         self.assertEqual(proc.returncode, 0, f"dayzero logits {flags}: {proc.stderr}")
@@ -155,10 +142,10 @@ class DeepseekV32Cli(unittest.TestCase):
     def test_generate_streams_reproducible_text(self):
         args = ("generate", "--model", self.model_dir, "--prompt", "hello world",
                 "--max-tokens", 12, "--threads", 1)
-        greedy = self.run_dayzero(*args)
+        greedy = run_dayzero(*args)
         self.assertEqual(greedy.returncode, 0, greedy.stderr)
         self.assertTrue(greedy.stdout.endswith("\n"))
-        sampled = [self.run_dayzero(*args, "--temperature", 0.9, "--top-p", 0.9, "--seed", 5)
+        sampled = [run_dayzero(*args, "--temperature", 0.9, "--top-p", 0.9, "--seed", 5)
                    for _ in range(2)]
         for proc in sampled:
             self.assertEqual(proc.returncode, 0, proc.stderr)
@@ -188,7 +175,7 @@ class DeepseekV32Cli(unittest.TestCase):
         ]
         for args, message in cases:
             with self.subTest(args=args):
-                proc = self.run_dayzero(*args)
+                proc = run_dayzero(*args)
                 self.assertGreater(proc.returncode, 0, proc.stderr)  # negative: killed by a signal
                 self.assertIn(message, proc.stderr + proc.stdout)
 

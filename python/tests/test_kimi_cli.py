@@ -16,19 +16,15 @@
 """
 
 import os
-import subprocess
 import tempfile
 import unittest
 
 import numpy as np
 import torch
 
+from cli_support import rel_l2_per_row, run_dayzero, skip_unless_built
 from dayzero_ref import make_tiny
 
-SOURCE_DIR = os.environ.get("DZ_SOURCE_DIR",
-                            os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
-BUILD_DIR = os.environ.get("DZ_BUILD_DIR", os.path.join(SOURCE_DIR, "build"))
-DAYZERO = os.path.join(BUILD_DIR, "src", "dayzero", "cli", "dayzero")
 
 ARCHS = ("kimi_linear", "kimi_k3")
 LENGTHS = (1, 5, 17, 33, 65, 100)
@@ -45,15 +41,10 @@ def prompt(length):
     return [int(t) for t in test_prompts_kimi.PROMPTS[length]]
 
 
-def rel_l2_per_row(ours, ref):
-    return np.linalg.norm(ours - ref, axis=1) / np.linalg.norm(ref, axis=1)
-
-
 class KimiCli(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not os.path.exists(DAYZERO):
-            raise unittest.SkipTest(f"{DAYZERO} is not built (ninja -C {BUILD_DIR} dayzero)")
+        skip_unless_built()
         cls.tmp = tempfile.TemporaryDirectory()
         cls.dirs, cls.vocab = {}, {}
         for arch in ARCHS:
@@ -66,13 +57,9 @@ class KimiCli(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def run_dayzero(self, *args):
-        return subprocess.run([DAYZERO, *map(str, args)], capture_output=True, text=True,
-                              timeout=600, check=False)
-
     def logits(self, arch, ids, *flags):
         out = os.path.join(self.tmp.name, "logits.npy")
-        proc = self.run_dayzero("logits", "--model", self.dirs[arch], "--token-ids",
+        proc = run_dayzero("logits", "--model", self.dirs[arch], "--token-ids",
                                 ",".join(map(str, ids)), "--output", out, "--threads", 1, *flags)
         self.assertEqual(proc.returncode, 0, f"dayzero logits {arch} {flags}: {proc.stderr}")
         logits = np.load(out)
@@ -123,7 +110,7 @@ class KimiCli(unittest.TestCase):
     def test_verify_passes(self):
         for arch in ARCHS:
             with self.subTest(arch=arch):
-                proc = self.run_dayzero("verify", "--model", self.dirs[arch], "--threads", 1)
+                proc = run_dayzero("verify", "--model", self.dirs[arch], "--threads", 1)
                 self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
                 self.assertIn(" 0 failed", proc.stdout)
                 self.assertIn("kda_core", proc.stdout)
@@ -137,9 +124,9 @@ class KimiCli(unittest.TestCase):
             with self.subTest(arch=arch):
                 args = ("generate", "--model", self.dirs[arch], "--prompt", "hello world",
                         "--max-tokens", 12, "--threads", 1)
-                greedy = self.run_dayzero(*args)
+                greedy = run_dayzero(*args)
                 self.assertEqual(greedy.returncode, 0, greedy.stderr)
-                sampled = [self.run_dayzero(*args, "--temperature", 0.9, "--seed", 5)
+                sampled = [run_dayzero(*args, "--temperature", 0.9, "--seed", 5)
                            for _ in range(2)]
                 for proc in sampled:
                     self.assertEqual(proc.returncode, 0, proc.stderr)
@@ -159,7 +146,7 @@ class KimiCli(unittest.TestCase):
         ]
         for args, message in cases:
             with self.subTest(args=args):
-                proc = self.run_dayzero(*args)
+                proc = run_dayzero(*args)
                 self.assertGreater(proc.returncode, 0, proc.stderr)  # negative: killed by a signal
                 self.assertIn(message, proc.stderr + proc.stdout)
 
