@@ -116,7 +116,8 @@ KdaLayerState KvCache::kda_layer(int layer_id) {
   DZ_CHECK(layer.spec.kda.num_heads > 0, "layer {} has no KDA state", layer_id);
   return {.layout = layer.spec.kda,
           .states = layer.kda_states.as_span<float>().data(),
-          .conv = layer.kda_conv.as_span<uint16_t>().data()};
+          .conv = layer.kda_conv.as_span<uint16_t>().data(),
+          .num_slots = static_cast<int32_t>(num_state_slots_)};
 }
 
 void KvCache::copy_state_slot(int32_t from, int32_t to) {

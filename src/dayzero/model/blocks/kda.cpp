@@ -35,11 +35,11 @@ int64_t low_rank_width(const KdaWeights& w) {
   return std::max(w.f_a_proj.out_features(), w.g_a_proj ? w.g_a_proj->out_features() : 0);
 }
 
-// FP32 buffers of forward(): pre-conv q̂ k̂ v̂ (later the gate logits z and y), q k v, the low-rank
-// intermediate, g, β, the recurrence output.
+// FP32 buffers of forward(): pre-conv q̂ k̂ v̂ (once the conv has read them: g, the recurrence output
+// and the gate logits z), q k v (once the recurrence has read q: y), the low-rank intermediate, β.
 int64_t buffer_floats(const KdaConfig& c, const KdaWeights& w, int64_t num_tokens) {
   const int64_t hd = c.num_heads * c.head_dim;
-  return num_tokens * (8 * hd + low_rank_width(w) + c.num_heads);
+  return num_tokens * (6 * hd + low_rank_width(w) + c.num_heads);
 }
 
 void check_linear(const kernels::LinearWeight& w, const char* name, int64_t out, int64_t in) {
@@ -110,6 +110,10 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
       state.layout.num_heads == H && state.layout.head_dim == d && state.layout.conv_width == W,
       "KDA state slots hold [{}, {}] width {}, block wants [{}, {}] width {}",
       state.layout.num_heads, state.layout.head_dim, state.layout.conv_width, H, d, W);
+  for (const SequenceSlice& seq : batch.sequences)
+    DZ_CHECK(seq.num_tokens == 0 || (seq.state_slot >= 0 && seq.state_slot < state.num_slots),
+             "KDA layer {}: sequence at token {} has state slot {}, the pool has {}", layer_id,
+             seq.token_begin, seq.state_slot, state.num_slots);
   if (T == 0) return;
 
   // 1. q̂, k̂, v̂ = projections rounded to BF16: hat [3, T, H·d].
@@ -123,8 +127,6 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
   const float* conv_w[3] = {w.q_conv.data(), w.k_conv.data(), w.v_conv.data()};
   for (const SequenceSlice& seq : batch.sequences) {
     if (seq.num_tokens == 0) continue;
-    DZ_CHECK(seq.state_slot >= 0, "KDA layer {}: sequence at token {} has no state slot", layer_id,
-             seq.token_begin);
     if (seq.pos_begin == 0) {  // a new sequence: zero state and zero rows before it
       std::fill_n(state.state(seq.state_slot), state.layout.state_floats(), 0.0f);
       std::fill_n(state.conv_rows(seq.state_slot), state.layout.conv_elems(), uint16_t{0});
@@ -155,7 +157,7 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
 
   // 4. g = gate(round(f_b(round(f_a(x)))) + dt_bias), FP32.
   float* low = take_floats(scratch, T * low_rank_width(w));
-  float* g = take_floats(scratch, T * hd);
+  float* g = hat;  // q̂ is consumed
   const int64_t r_f = w.f_a_proj.out_features();
   w.f_a_proj.forward(ctx, x, T, low);
   kernels::round_to_bf16(low, T * r_f);
@@ -184,7 +186,7 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
   tap(taps, layer_id, "kda_beta", beta, Shape{T, H});
 
   // 6. The recurrence per sequence, on its slot's state.
-  float* core = take_floats(scratch, T * hd);
+  float* core = hat + T * hd;  // k̂ is consumed
   const kernels::KdaDims dims{.num_heads = H, .head_dim = d};
   for (const SequenceSlice& seq : batch.sequences) {
     if (seq.num_tokens == 0) continue;
@@ -202,9 +204,9 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
   }
   tap(taps, layer_id, "kda_core", core, Shape{T, hd});
 
-  // 7. z = output gate logits (into q̂'s rows), y = RMSNorm_d(o_h) ⊙ σ(z_h) rounded (into k̂'s).
-  float* z = hat;
-  float* y = hat + T * hd;
+  // 7. z = output gate logits (into v̂'s rows), y = RMSNorm_d(o_h) ⊙ σ(z_h) rounded (into q's).
+  float* z = hat + 2 * T * hd;
+  float* y = q;
   if (w.g_proj) {
     w.g_proj->forward(ctx, x, T, z);
   } else {

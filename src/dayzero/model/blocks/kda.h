@@ -34,6 +34,7 @@ struct KdaLayerState {
   KdaStateLayout layout{};
   float* states = nullptr;   // [num_slots, H, d_v, d_k]
   uint16_t* conv = nullptr;  // [num_slots, 3, W−1, H·d]
+  int32_t num_slots = 0;     // KdaBlock::forward checks every sequence's slot against it
 
   float* state(int32_t slot) const { return states + slot * layout.state_floats(); }
   uint16_t* conv_rows(int32_t slot) const { return conv + slot * layout.conv_elems(); }

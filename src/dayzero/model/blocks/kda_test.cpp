@@ -114,21 +114,21 @@ KdaWeights make_weights(const Dense& w) {
   return kw;
 }
 
-KdaConfig make_config(const Dense& w, KdaPath path) {
+KdaConfig make_config(const Dense& w, KdaPath path, int64_t chunk_size = 16) {
   KdaConfig config{.hidden_size = kHidden,
                    .num_heads = kHeads,
                    .head_dim = kHeadDim,
                    .conv_width = kWidth,
                    .gate_lower_bound = {},
                    .o_norm_eps = kEps,
-                   .chunk_size = 16,
+                   .chunk_size = chunk_size,
                    .path = path};
   if (w.c.bounded) config.gate_lower_bound = -5.0f;
   return config;
 }
 
-KdaBlock make_block(const Dense& w, KdaPath path = KdaPath::kAuto) {
-  return KdaBlock(make_config(w, path), make_weights(w));
+KdaBlock make_block(const Dense& w, KdaPath path = KdaPath::kAuto, int64_t chunk_size = 16) {
+  return KdaBlock(make_config(w, path, chunk_size), make_weights(w));
 }
 
 // ---- The reference: steps 1–8 per token, FP64, BF16 rounding where the policy rounds. ----
@@ -458,6 +458,14 @@ void expect_same_run(const SplitRun& a, const SplitRun& b) {
   EXPECT_LT(rel_rms(a.conv, b.conv), 1e-3);
 }
 
+// The chunk size is a kernel choice (16 or 64): the same function.
+TEST(KdaBlock, ChunkSize64EqualsChunkSize16) {
+  const Dense w = make_dense({.bounded = true, .low_rank = true}, 35);
+  const std::vector<float> x = random_x(36, 90);
+  expect_same_run(run_split(make_block(w, KdaPath::kAuto, 16), x.data(), {5, 85}),
+                  run_split(make_block(w, KdaPath::kAuto, 64), x.data(), {5, 85}));
+}
+
 TEST(KdaBlock, PrefillThenDecodesEqualsOnePrefill) {
   const Dense w = make_dense({.bounded = false, .low_rank = true}, 31);
   const KdaBlock block = make_block(w);
@@ -554,6 +562,7 @@ TEST(KdaBlock, ContinuingFromACopiedSlotEqualsContinuingTheOriginal) {
 }
 
 TEST(KdaBlockDeathTest, RefusesTwoOutputGatesAndWrongShapes) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // OpenMP threads exist in this process
   const Dense w = make_dense({.bounded = false, .low_rank = false}, 71);
   KdaWeights both = make_weights(w);
   both.g_a_proj = linear(w.g, kRank, kHidden);
@@ -564,6 +573,11 @@ TEST(KdaBlockDeathTest, RefusesTwoOutputGatesAndWrongShapes) {
   short_bias.dt_bias.pop_back();
   EXPECT_DEATH(KdaBlock(make_config(w, KdaPath::kAuto), std::move(short_bias)),
                "KDA dt_bias has 63 values, want 64");
+  KvCache cache = make_cache(2);
+  const std::vector<float> x = random_x(72, 3);
+  EXPECT_DEATH(run(make_block(w), cache.kda_layer(0), x.data(),
+                   {{.pos_begin = 0, .num_tokens = 3, .slot = 2}}),
+               "KDA layer 3: sequence at token 0 has state slot 2, the pool has 2");
 }
 
 }  // namespace
