@@ -20,6 +20,11 @@ std::span<std::byte> Arena::allocate(size_t size_bytes, size_t alignment) {
   return {buffer_.data() + begin, size_bytes};
 }
 
+void Arena::release(size_t mark) {
+  DZ_CHECK(mark <= used_bytes_, "arena release to {} above the {} bytes in use", mark, used_bytes_);
+  used_bytes_ = mark;
+}
+
 TensorView Arena::allocate_tensor(DType dtype, Shape shape) {
   TensorView probe(nullptr, dtype, shape);
   auto bytes = allocate(static_cast<size_t>(probe.size_bytes()));

@@ -1,6 +1,6 @@
 #pragma once
-// A bump allocator for one engine step (style.md §6): sized once at startup, reset after every step,
-// never grows. Running out is a broken sizing invariant, not a request error.
+// A bump allocator for one engine step (style.md §6): sized once at startup, reset after every
+// step, never grows. Running out is a broken sizing invariant, not a request error.
 
 #include <cstddef>
 #include <span>
@@ -19,6 +19,10 @@ class Arena {
   // A contiguous tensor view carved from the arena; its contents are unspecified.
   TensorView allocate_tensor(DType dtype, Shape shape);
   void reset() { used_bytes_ = 0; }
+  // A scope inside a step: what was allocated after mark() is given back by release(mark), so
+  // a loop of calls that each take a workspace needs room for one, not for all.
+  size_t mark() const { return used_bytes_; }
+  void release(size_t mark);
 
   size_t capacity_bytes() const { return buffer_.size_bytes(); }
   size_t used_bytes() const { return used_bytes_; }

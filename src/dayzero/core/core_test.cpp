@@ -17,7 +17,8 @@ namespace dz {
 namespace {
 
 Result<int> parse_positive(int value) {
-  if (value <= 0) return make_error(StatusCode::kInvalidArgument, "value {} is not positive", value);
+  if (value <= 0)
+    return make_error(StatusCode::kInvalidArgument, "value {} is not positive", value);
   return value;
 }
 
@@ -80,6 +81,20 @@ TEST(Arena, AlignsResetsAndTracksPeak) {
   EXPECT_EQ(arena.used_bytes(), 0u);
   EXPECT_EQ(arena.peak_bytes(), peak);
   EXPECT_DEATH(arena.allocate(2048), "arena of 1024 bytes exhausted");
+}
+
+TEST(Arena, ReleaseGivesBackWhatFollowedTheMark) {
+  Arena arena(1024);
+  arena.allocate(100);
+  const size_t mark = arena.mark();
+  for (int call = 0; call < 10; ++call) {  // ten workspaces of 500 bytes fit one at a time
+    const size_t inner = arena.mark();
+    auto workspace = arena.allocate(500);
+    EXPECT_EQ(workspace.size(), 500u);
+    arena.release(inner);
+  }
+  EXPECT_EQ(arena.used_bytes(), mark);
+  EXPECT_DEATH(arena.release(mark + 64), "arena release to");
 }
 
 TEST(ParallelFor, CoversEveryItemOnce) {

@@ -45,8 +45,8 @@ size_t kda_chunked_scratch_bytes(const ExecContext& ctx, const KdaDims& dims, in
 
 // models.md §4.7. pos_begin is token 0's absolute position; chunk boundaries sit at multiples of
 // chunk_size (1 ≤ chunk_size ≤ 64). Same data contract as kda_recurrent. Each call allocates
-// kda_chunked_scratch_bytes() from `scratch` (Arena has no release: a caller running several
-// sequences in one step reserves that much per call, or resets between calls).
+// kda_chunked_scratch_bytes() from `scratch` and keeps it; a caller running several sequences
+// in one step gives it back between calls with Arena::mark() / release().
 void kda_chunked(const ExecContext& ctx, const KdaDims& dims, const float* q, const float* k,
                  const float* v, const float* g, const float* beta, int64_t num_tokens,
                  int64_t pos_begin, int64_t chunk_size, float* state, float* out, Arena& scratch);

@@ -89,14 +89,9 @@ KdaBlock::KdaBlock(KdaConfig config, KdaWeights weights)
 size_t KdaBlock::scratch_bytes(const ExecContext& ctx, int64_t max_tokens) const {
   const kernels::KdaDims dims{.num_heads = config_.num_heads, .head_dim = config_.head_dim};
   const size_t chunked = kernels::kda_chunked_scratch_bytes(ctx, dims, config_.chunk_size);
-  // Each chunked call (a sequence of two or more tokens, or any under kChunked) takes its own
-  // workspace from the arena.
-  const int64_t max_chunked_calls = config_.path == KdaPath::kChunked ? max_tokens
-                                    : config_.path == KdaPath::kAuto  ? max_tokens / 2
-                                                                      : 0;
+  // The chunked calls run one after another, each releasing its workspace (Arena::release).
   return static_cast<size_t>(buffer_floats(config_, weights_, max_tokens)) * 4 +
-         8 * kBufferAlignment +
-         static_cast<size_t>(max_chunked_calls) * (chunked + kBufferAlignment);
+         8 * kBufferAlignment + chunked + kBufferAlignment;
 }
 
 void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const float* x,
@@ -194,13 +189,16 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
     const bool recurrent =
         c.path == KdaPath::kRecurrent || (c.path == KdaPath::kAuto && seq.num_tokens == 1);
     float* s = state.state(seq.state_slot);
-    if (recurrent)
+    if (recurrent) {
       kernels::kda_recurrent(ctx, dims, q + t0 * hd, k + t0 * hd, v + t0 * hd, g + t0 * hd,
                              beta + t0 * H, seq.num_tokens, s, core + t0 * hd);
-    else
-      kernels::kda_chunked(ctx, dims, q + t0 * hd, k + t0 * hd, v + t0 * hd, g + t0 * hd,
-                           beta + t0 * H, seq.num_tokens, seq.pos_begin, c.chunk_size, s,
-                           core + t0 * hd, scratch);
+      continue;
+    }
+    const size_t mark = scratch.mark();
+    kernels::kda_chunked(ctx, dims, q + t0 * hd, k + t0 * hd, v + t0 * hd, g + t0 * hd,
+                         beta + t0 * H, seq.num_tokens, seq.pos_begin, c.chunk_size, s,
+                         core + t0 * hd, scratch);
+    scratch.release(mark);
   }
   tap(taps, layer_id, "kda_core", core, Shape{T, hd});
 
