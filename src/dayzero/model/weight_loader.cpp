@@ -123,6 +123,14 @@ Result<kernels::LinearWeight> WeightLoader::mxfp4_linear(const std::string& modu
   return linear;
 }
 
+Result<MlpWeights> WeightLoader::gated_mlp(const std::string& prefix, MlpNames names) const {
+  MlpWeights w;
+  DZ_ASSIGN_OR_RETURN(w.gate_proj, linear(prefix + names.gate));
+  DZ_ASSIGN_OR_RETURN(w.up_proj, linear(prefix + names.up));
+  DZ_ASSIGN_OR_RETURN(w.down_proj, linear(prefix + names.down));
+  return w;
+}
+
 Result<kernels::LinearWeight> WeightLoader::linear(const std::string& module) const {
   if (checkpoint_.find(module + ".weight_packed")) return mxfp4_linear(module);
   const std::string weight_name = module + ".weight";

@@ -15,6 +15,7 @@
 #include "dayzero/formats/checkpoint.h"
 #include "dayzero/formats/hf_config.h"
 #include "dayzero/kernels/linear.h"
+#include "dayzero/model/blocks/moe.h"
 
 namespace dz::model {
 
@@ -50,6 +51,16 @@ class WeightLoader {
   // `<module>.weight_scale`, under a kMxfp4CompressedTensors config, and without a global scale or
   // zero point (other schemes).
   Result<kernels::LinearWeight> linear(const std::string& module) const;
+  // A gated MLP's three linears under `prefix`: gate_proj/up_proj/down_proj or, for routed
+  // experts, w1/w3/w2 (models.md §1.1).
+  struct MlpNames {
+    const char* gate;
+    const char* up;
+    const char* down;
+  };
+  static constexpr MlpNames kProjNames{"gate_proj", "up_proj", "down_proj"};
+  static constexpr MlpNames kW1W3W2Names{"w1", "w3", "w2"};
+  Result<MlpWeights> gated_mlp(const std::string& prefix, MlpNames names = kProjNames) const;
   // Any float dtype, widened to FP32 and flattened; `num_elems` is what the caller expects.
   Result<std::vector<float>> floats(const std::string& name, int64_t num_elems) const;
   Result<Embedding> embedding(const std::string& name) const;

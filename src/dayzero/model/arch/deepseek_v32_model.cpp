@@ -33,14 +33,6 @@ void rms_norm_bf16(const ExecContext& ctx, const float* x, const std::vector<flo
   kernels::round_to_bf16(y, num_rows * dim);
 }
 
-Result<MlpWeights> load_mlp(const WeightLoader& loader, const std::string& prefix) {
-  MlpWeights w;
-  DZ_ASSIGN_OR_RETURN(w.gate_proj, loader.linear(prefix + "gate_proj"));
-  DZ_ASSIGN_OR_RETURN(w.up_proj, loader.linear(prefix + "up_proj"));
-  DZ_ASSIGN_OR_RETURN(w.down_proj, loader.linear(prefix + "down_proj"));
-  return w;
-}
-
 // One decoder layer (main or MTP) as blocks: MLA + indexer, then a dense MLP or the MoE.
 Result<DecoderLayer> load_layer(const DeepseekV32Config& c, const WeightLoader& loader,
                                 const std::string& prefix, int layer_id, bool is_moe) {
@@ -77,7 +69,7 @@ Result<DecoderLayer> load_layer(const DeepseekV32Config& c, const WeightLoader& 
   layer.indexer = std::make_unique<DsaIndexer>(deepseek_v32_indexer_config(c), std::move(index));
 
   if (!is_moe) {
-    DZ_ASSIGN_OR_RETURN(layer.dense_mlp, load_mlp(loader, p + "mlp."));
+    DZ_ASSIGN_OR_RETURN(layer.dense_mlp, loader.gated_mlp(p + "mlp."));
     return layer;
   }
   MoeWeights moe;
@@ -87,11 +79,11 @@ Result<DecoderLayer> load_layer(const DeepseekV32Config& c, const WeightLoader& 
                       loader.floats(p + "mlp.gate.e_score_correction_bias", c.n_routed_experts));
   for (int64_t e = 0; e < c.n_routed_experts; ++e) {
     DZ_ASSIGN_OR_RETURN(MlpWeights expert,
-                        load_mlp(loader, fmt::format("{}mlp.experts.{}.", p, e)));
+                        loader.gated_mlp(fmt::format("{}mlp.experts.{}.", p, e)));
     moe.experts.push_back(std::move(expert));
   }
   if (c.n_shared_experts > 0) {
-    DZ_ASSIGN_OR_RETURN(MlpWeights shared, load_mlp(loader, p + "mlp.shared_experts."));
+    DZ_ASSIGN_OR_RETURN(MlpWeights shared, loader.gated_mlp(p + "mlp.shared_experts."));
     moe.shared_experts.push_back(std::move(shared));
   }
   layer.moe = std::make_unique<MoeBlock>(deepseek_v32_moe_config(c), std::move(moe));

@@ -50,7 +50,7 @@ class KimiLoader {
       layer.mla = std::make_unique<MlaBlock>(mla_config(), std::move(mla));
     }
     if (spec.ffn == FfnKind::kDenseMlp) {
-      DZ_ASSIGN_OR_RETURN(layer.dense_mlp, mlp(p + "mlp.", kProjNames));
+      DZ_ASSIGN_OR_RETURN(layer.dense_mlp, loader_.gated_mlp(p + "mlp."));
       layer.dense_activation = activation(c_);
     } else {
       DZ_ASSIGN_OR_RETURN(MoeWeights moe, moe_weights(p + "block_sparse_moe.", spec.ffn));
@@ -67,22 +67,6 @@ class KimiLoader {
   }
 
  private:
-  struct ProjNames {
-    const char* gate;
-    const char* up;
-    const char* down;
-  };
-  static constexpr ProjNames kProjNames{"gate_proj", "up_proj", "down_proj"};
-  static constexpr ProjNames kExpertNames{"w1", "w3", "w2"};
-
-  Result<MlpWeights> mlp(const std::string& p, ProjNames names) const {
-    MlpWeights w;
-    DZ_ASSIGN_OR_RETURN(w.gate_proj, loader_.linear(p + names.gate));
-    DZ_ASSIGN_OR_RETURN(w.up_proj, loader_.linear(p + names.up));
-    DZ_ASSIGN_OR_RETURN(w.down_proj, loader_.linear(p + names.down));
-    return w;
-  }
-
   KdaConfig kda_config() const {
     const KimiLinearAttnConfig& la = c_.linear_attn_config;
     KdaConfig k;
@@ -197,11 +181,12 @@ class KimiLoader {
       }
     }
     for (int64_t e = 0; e < c_.num_experts; ++e) {
-      DZ_ASSIGN_OR_RETURN(MlpWeights expert, mlp(fmt::format("{}experts.{}.", m, e), kExpertNames));
+      DZ_ASSIGN_OR_RETURN(MlpWeights expert, loader_.gated_mlp(fmt::format("{}experts.{}.", m, e),
+                                                               WeightLoader::kW1W3W2Names));
       w.experts.push_back(std::move(expert));
     }
     if (c_.num_shared_experts > 0) {  // stored fused along the intermediate axis (§6.3)
-      DZ_ASSIGN_OR_RETURN(MlpWeights shared, mlp(m + "shared_experts.", kProjNames));
+      DZ_ASSIGN_OR_RETURN(MlpWeights shared, loader_.gated_mlp(m + "shared_experts."));
       w.shared_experts.push_back(std::move(shared));
     }
     return w;
