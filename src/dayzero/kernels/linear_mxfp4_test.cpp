@@ -337,6 +337,25 @@ TEST(LinearMxfp4, RefusesBadShapesAndDtypes) {
                   .ok());
 }
 
+TEST(LinearMxfp4, StoredBytesCountEveryFormat) {
+  std::mt19937 rng(3);
+  const Mxfp4 w = quantized_weight(rng, 96, 256);
+  EXPECT_EQ(load(w)->stored_bytes(), 96 * 128 + 96 * 8 + 96);  // 4.25 bits + a flag per row
+  // BF16: at least the 2 bytes per weight (oneDNN's blocked layout may pad).
+  const std::vector<float> values = random_x(rng, 96 * 256);
+  const LinearWeight bf16 = LinearWeight::from_f32_as_bf16(values.data(), 96, 256);
+  EXPECT_GE(bf16.stored_bytes(), 96 * 256 * 2);
+  EXPECT_LE(bf16.stored_bytes(), 2 * 96 * 256 * 2);
+  // FP8 128×128: codes plus FP32 scales [1, 2].
+  std::vector<uint8_t> codes(96 * 256, 0x38);
+  std::vector<float> scales = {1.0f, 0.5f};
+  Result<LinearWeight> fp8 =
+      LinearWeight::from_fp8_block(TensorView(codes.data(), DType::kF8E4M3, Shape{96, 256}),
+                                   TensorView(scales.data(), DType::kF32, Shape{1, 2}), 128, 128);
+  ASSERT_TRUE(fp8.ok());
+  EXPECT_EQ(fp8->stored_bytes(), 96 * 256 + 2 * 4);
+}
+
 TEST(LinearMxfp4, WorkspaceIsFixedAndHoldsATile) {
   // 1 MiB: 64 BF16 rows of 7168 or 170 of the K3 experts' 3072.
   EXPECT_EQ(LinearWeight::mxfp4_workspace_bytes_per_thread(), size_t{1} << 20);
