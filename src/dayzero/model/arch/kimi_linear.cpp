@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "dayzero/formats/checkpoint.h"
+#include "dayzero/kernels/short_conv.h"
 #include "dayzero/model/arch/moe_config_checks.h"
 #include "dayzero/model/causal_lm.h"
 
@@ -60,6 +61,10 @@ Result<KimiLinearAttnConfig> parse_linear_attn_config(const formats::ConfigObjec
   READ(required_positive_int, num_heads);
   READ(required_positive_int, head_dim);
   READ(required_positive_int, short_conv_kernel_size);
+  if (c.short_conv_kernel_size > kernels::kMaxShortConvWidth)
+    return obj.field_error("short_conv_kernel_size",
+                           fmt::format("{} exceeds {}, the widest short convolution dayzero runs",
+                                       c.short_conv_kernel_size, kernels::kMaxShortConvWidth));
   READ(optional_bool, use_full_rank_gate, false);
   READ(optional_number, gate_lower_bound);
   if (c.gate_lower_bound && !(*c.gate_lower_bound < 0.0))

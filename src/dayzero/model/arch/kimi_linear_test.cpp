@@ -211,6 +211,11 @@ TEST(KimiLinear, RefusesContradictoryFields) {
 
 TEST(KimiK3, RefusesBadNestedFields) {
   auto config = real_config("kimi_k3");
+  config["text_config"]["linear_attn_config"]["short_conv_kernel_size"] = 9;
+  EXPECT_EQ(parse_error(config),
+            "config.json: field \"text_config.linear_attn_config.short_conv_kernel_size\": 9 "
+            "exceeds 8, the widest short convolution dayzero runs");
+  config = real_config("kimi_k3");
   config["text_config"]["linear_attn_config"]["gate_lower_bound"] = 1.0;
   EXPECT_EQ(parse_error(config),
             "config.json: field \"text_config.linear_attn_config.gate_lower_bound\": expected a "
