@@ -5,15 +5,16 @@
 // batch of two sequences (a fresh one next to one that continues), each with its own block table
 // and recurrent-state slot. Also check_batch's error messages and cache_layers().
 //
-// Tolerance of the logits comparisons: max |diff| < 5e-3 · max |full| over a sequence's logits,
+// Tolerance of the logits comparisons: max |diff| < 2e-2 · max |full| over a sequence's logits,
 // and the same argmax in every row. The splits compute the same function in a different summation
 // order: KDA runs its chunked kernel (chunks aligned to absolute positions) on prefill chunks and
 // the recurrence on single tokens, MLA the up-projected prefill form or the absorbed decode form,
 // linears a GEMM or a GEMV. Such FP32 differences (~1e-7 relative) rarely reach a BF16 rounding
 // boundary (2^-9 relative), so most activations stay bitwise equal; but a flip of one BF16
 // activation propagates through the later layers (KDA state, attention, the MoE scaling) and
-// measures up to ~1e-2 of max |full| in the logits: 5e-3 is about one BF16 step of the largest
-// final-norm values, seen through lm_head.
+// measures up to ~1.2e-2 of max |full| in the logits (seen with other seeds), so the bound is 2e-2:
+// a real fault (a state layout read the other way, a lost conv row, a state restarted
+// mid-sequence, a wrong cache slot) moves logits by O(1) of that scale.
 //
 // Flakiness: every run is deterministic (fixed seeds, fixed thread count, no dependence on
 // timing; repeated runs and OMP_NUM_THREADS 1 and 4 give identical numbers). Discrete decisions
@@ -457,7 +458,7 @@ void expect_same(const TinyModel& m, const Records& full, const Records& got, in
     }
   }
   EXPECT_EQ(num_tokens, kSeqLen) << what;
-  EXPECT_LT(max_diff, 5e-3 * max_full) << what << first_divergence(full, got, seq_id);
+  EXPECT_LT(max_diff, 2e-2 * max_full) << what << first_divergence(full, got, seq_id);
   worst.logits_ratio = std::max(worst.logits_ratio, max_diff / max_full);
 }
 
