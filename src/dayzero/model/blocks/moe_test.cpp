@@ -246,6 +246,23 @@ void check_routing(const MoeConfig& config, unsigned seed, float bias_stddev) {
   }
 }
 
+// Decisions the router would never make: expert 15 for every token, the other k − 1 drawn from
+// 0…14, arbitrary weights (some negative).
+RoutingResult arbitrary_routing(std::mt19937& rng, int64_t num_tokens, int64_t k) {
+  RoutingResult forced;
+  std::uniform_int_distribution<int32_t> expert(0, 14);
+  std::normal_distribution<float> weight(0.0f, 1.0f);
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    std::set<int32_t> chosen{15};
+    while (static_cast<int64_t>(chosen.size()) < k) chosen.insert(expert(rng));
+    for (int32_t id : chosen) {
+      forced.expert_ids.push_back(id);
+      forced.weights.push_back(weight(rng));
+    }
+  }
+  return forced;
+}
+
 TEST(MoeRouting, GroupedSigmoidMatchesTheFormulas) {
   check_routing(tiny_deepseek_config(), std::random_device{}(), 0.5f);
 }
@@ -424,19 +441,7 @@ TEST(MoeBlock, ForcedRoutingIsFollowed) {
   const MoeBlock block(fixture.config, std::move(fixture.weights));
   const int64_t d = MoeFixture::kHidden, num_tokens = 9, k = block.config().num_experts_per_tok;
   const std::vector<float> x = random_bf16(rng, num_tokens * d, 1.0f);
-  // Decisions the router would never make: expert 15 everywhere, the same expert twice in a
-  // row position pattern, arbitrary weights (some negative).
-  RoutingResult forced;
-  std::uniform_int_distribution<int32_t> expert(0, 14);
-  std::normal_distribution<float> weight(0.0f, 1.0f);
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    std::set<int32_t> chosen{15};
-    while (static_cast<int64_t>(chosen.size()) < k) chosen.insert(expert(rng));
-    for (int32_t id : chosen) {
-      forced.expert_ids.push_back(id);
-      forced.weights.push_back(weight(rng));
-    }
-  }
+  const RoutingResult forced = arbitrary_routing(rng, num_tokens, k);
   std::vector<float> out(static_cast<size_t>(num_tokens * d));
   Arena scratch(64 << 20);
   RecordingSink sink;
@@ -721,17 +726,7 @@ TEST(LatentMoeBlock, ForcedRoutingIsFollowed) {
     const int64_t d = LatentMoeFixture::kHidden, num_tokens = 9;
     const int64_t k = block.config().num_experts_per_tok;
     const std::vector<float> x = random_bf16(rng, num_tokens * d, 1.0f);
-    RoutingResult forced;
-    std::uniform_int_distribution<int32_t> expert(0, 14);
-    std::normal_distribution<float> weight(0.0f, 1.0f);
-    for (int64_t t = 0; t < num_tokens; ++t) {
-      std::set<int32_t> chosen{15};
-      while (static_cast<int64_t>(chosen.size()) < k) chosen.insert(expert(rng));
-      for (int32_t id : chosen) {
-        forced.expert_ids.push_back(id);
-        forced.weights.push_back(weight(rng));
-      }
-    }
+    const RoutingResult forced = arbitrary_routing(rng, num_tokens, k);
     std::vector<float> out(static_cast<size_t>(num_tokens * d));
     Arena scratch(64 << 20);
     RecordingSink sink;
