@@ -578,8 +578,9 @@ kernels::LinearWeight random_mxfp4(std::mt19937& rng, int64_t out, int64_t in) {
 // The engine and the reference agree exactly except where an intermediate lies within FP32
 // round-off of a BF16 rounding boundary (z, the expert activations, the normalised latent sum, the
 // output). With r = 64 and a few tokens one such flip of a normalised latent value, one BF16 ulp
-// (2^-8) of a value up to ~3× the RMS, moves the output by up to ~2e-3 relative RMS; so 5e-3, and
-// at least 90% of the output elements must be bit-equal to the reference.
+// (2^-8) of a value up to ~3× the RMS, moves the output by up to ~2e-3 relative RMS; so 5e-3. (A
+// count of bit-equal outputs is no bound: one flip in the latent moves every output of a token
+// through up_proj, and with one token that was 11 % of them.)
 constexpr double kLatentTolerance = 5e-3;
 
 struct LatentMoeFixture {
@@ -698,9 +699,6 @@ void check_latent_moe(bool mxfp4) {
           reference_latent_moe(block, routing, x, num_tokens, &latent_ref);
       EXPECT_LT(rel_rms(sink.latent_in, latent_ref), kOutputTolerance);
       EXPECT_LT(rel_rms(out, ref), kLatentTolerance);
-      int64_t num_equal = 0;
-      for (size_t e = 0; e < out.size(); ++e) num_equal += out[e] == ref[e] ? 1 : 0;
-      EXPECT_GE(num_equal, static_cast<int64_t>(out.size()) * 9 / 10);
       for (float v : out) ASSERT_EQ(v, formats::round_to_bf16(v)) << "output not BF16-valued";
     }
   }
