@@ -11,6 +11,7 @@ std::string_view status_code_name(StatusCode code) {
     case StatusCode::kUnsupported: return "unsupported";
     case StatusCode::kIo: return "i/o error";
     case StatusCode::kInternal: return "internal error";
+    case StatusCode::kResourceExhausted: return "resource exhausted";
   }
   return "unknown";
 }

@@ -19,6 +19,7 @@ enum class StatusCode {
   kUnsupported,      // well-formed, but not something dayzero runs (unknown model_type, refused dtype)
   kIo,               // the operating system refused (open, mmap, read)
   kInternal,         // a broken invariant reported as a value
+  kResourceExhausted,  // a bounded pool or queue is full (no free slot or block: the server's 503)
 };
 
 std::string_view status_code_name(StatusCode code);
