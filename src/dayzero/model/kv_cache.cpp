@@ -137,6 +137,35 @@ void KvCache::copy_state_slot(int32_t from, int32_t to) {
   }
 }
 
+void KvCache::copy_block_rows(int32_t from_block, int32_t to_block, int64_t num_rows) {
+  DZ_CHECK(from_block >= 0 && from_block < num_blocks_ && to_block >= 0 && to_block < num_blocks_,
+           "blocks {} -> {} out of [0, {})", from_block, to_block, num_blocks_);
+  DZ_CHECK(num_rows >= 0 && num_rows <= block_size_, "{} rows of a block of {}", num_rows,
+           block_size_);
+  if (from_block == to_block || num_rows == 0) return;
+  for (Layer& layer : layers_) {
+    if (layer.spec.mla.latent_dim > 0) {
+      // Records are token-major, so a block's first rows are one contiguous run.
+      const int64_t record_bytes = layer.spec.mla.record_bytes();
+      const int64_t block_bytes = block_size_ * record_bytes;
+      std::memcpy(layer.mla_pool.data() + to_block * block_bytes,
+                  layer.mla_pool.data() + from_block * block_bytes,
+                  static_cast<size_t>(num_rows * record_bytes));
+    }
+    if (layer.spec.index_key_dim > 0) {
+      // Block-planar: the keys and the scales are two runs.
+      const kernels::IndexCacheLayout index{.key_dim = layer.spec.index_key_dim,
+                                            .block_size = block_size_};
+      const int64_t from_slot = from_block * block_size_, to_slot = to_block * block_size_;
+      std::byte* pool = layer.index_pool.data();
+      std::memcpy(pool + index.key_offset_bytes(to_slot), pool + index.key_offset_bytes(from_slot),
+                  static_cast<size_t>(num_rows * index.key_dim));
+      std::memcpy(pool + index.scale_offset_bytes(to_slot),
+                  pool + index.scale_offset_bytes(from_slot), static_cast<size_t>(num_rows * 4));
+    }
+  }
+}
+
 SequentialBlocks::SequentialBlocks(int64_t num_blocks, int64_t block_size)
     : num_blocks_(num_blocks), block_size_(block_size) {
   DZ_CHECK(num_blocks > 0 && block_size > 0, "empty block pool");

@@ -48,6 +48,10 @@ class KvCache {
   KdaLayerState kda_layer(int layer_id);
   // Copies slot `from` to slot `to` in every KDA layer (prefix checkpoints, serving.md §1.7).
   void copy_state_slot(int32_t from, int32_t to);
+  // Copies the first num_rows token records of block `from` to block `to` in every paged layer
+  // pool (MLA records; indexer keys and their scales, block-planar): copy-on-write of a shared
+  // partial block (serving.md §1.3). num_rows in [0, block_size].
+  void copy_block_rows(int32_t from_block, int32_t to_block, int64_t num_rows);
 
  private:
   struct Layer {

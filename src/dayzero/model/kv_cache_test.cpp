@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <random>
+
 namespace dz::model {
 namespace {
 
@@ -122,6 +125,61 @@ TEST(KvCacheDeathTest, StateAccessorsCheckTheirArguments) {
   EXPECT_DEATH(cache->kda_layer(1), "layer 1 has no KDA state");
   EXPECT_DEATH(cache->copy_state_slot(0, 2), "state slots 0 -> 2 out of \\[0, 2\\)");
   EXPECT_DEATH(cache->mla_layer(0), "layer 0 has no MLA cache");
+}
+
+// Fills a pool with random bytes and returns a copy of it.
+std::vector<std::byte> randomize(std::byte* pool, int64_t num_bytes, std::mt19937& rng) {
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (int64_t i = 0; i < num_bytes; ++i) pool[i] = static_cast<std::byte>(byte(rng));
+  return std::vector<std::byte>(pool, pool + num_bytes);
+}
+
+TEST(KvCache, CopyBlockRowsCopiesTheFilledRowsOfEveryPagedPool) {
+  // Layer 0: fp8 latent + indexer; layer 1: KDA (no paged cache); layer 2: bf16 latent only.
+  std::vector<LayerCacheSpec> layers = {
+      {.mla = {.latent_dim = 128, .rope_dim = 16, .dtype = kernels::KvCacheDtype::kFp8},
+       .index_key_dim = 32},
+      kda_layer_spec(2, 8),
+      {.mla = {.latent_dim = 64, .rope_dim = 16, .dtype = kernels::KvCacheDtype::kBf16}}};
+  constexpr int64_t kBlocks = 5, kB = 16, kRows = 5;
+  Result<KvCache> cache = KvCache::create(layers, kBlocks, kB, 1);
+  ASSERT_TRUE(cache.ok()) << cache.status().to_string();
+  std::mt19937 rng(7);
+  const MlaLayerCache mla0 = cache->mla_layer(0), mla2 = cache->mla_layer(2);
+  const IndexLayerCache index0 = cache->index_layer(0);
+  const int64_t mla0_bytes = kBlocks * kB * mla0.layout.record_bytes();
+  const int64_t mla2_bytes = kBlocks * kB * mla2.layout.record_bytes();
+  const int64_t index_bytes = kBlocks * index0.layout.block_bytes();
+  std::vector<std::byte> want0 = randomize(mla0.pool, mla0_bytes, rng);
+  std::vector<std::byte> want2 = randomize(mla2.pool, mla2_bytes, rng);
+  std::vector<std::byte> want_index = randomize(index0.pool, index_bytes, rng);
+  cache->copy_block_rows(3, 1, kRows);
+  // Expected: slots [16, 21) take slots [48, 53), record by record; keys and scales likewise.
+  for (int64_t row = 0; row < kRows; ++row) {
+    for (auto [layout, want] : {std::pair{mla0.layout, &want0}, std::pair{mla2.layout, &want2}})
+      std::memcpy(want->data() + (kB + row) * layout.record_bytes(),
+                  want->data() + (3 * kB + row) * layout.record_bytes(),
+                  static_cast<size_t>(layout.record_bytes()));
+    const kernels::IndexCacheLayout& index = index0.layout;
+    std::memcpy(want_index.data() + index.key_offset_bytes(kB + row),
+                want_index.data() + index.key_offset_bytes(3 * kB + row),
+                static_cast<size_t>(index.key_dim));
+    std::memcpy(want_index.data() + index.scale_offset_bytes(kB + row),
+                want_index.data() + index.scale_offset_bytes(3 * kB + row), 4);
+  }
+  EXPECT_EQ(std::vector<std::byte>(mla0.pool, mla0.pool + mla0_bytes), want0);
+  EXPECT_EQ(std::vector<std::byte>(mla2.pool, mla2.pool + mla2_bytes), want2);
+  EXPECT_EQ(std::vector<std::byte>(index0.pool, index0.pool + index_bytes), want_index);
+  // The copied rows really differ from what was there (random bytes), and row kRows was left.
+  EXPECT_NE(std::memcmp(mla0.pool + kB * mla0.layout.record_bytes(),
+                        mla0.pool + (kB + kRows) * mla0.layout.record_bytes(),
+                        static_cast<size_t>(mla0.layout.record_bytes())),
+            0);
+  cache->copy_block_rows(2, 2, kB);  // a no-op
+  cache->copy_block_rows(0, 4, 0);   // a no-op
+  EXPECT_EQ(std::vector<std::byte>(mla0.pool, mla0.pool + mla0_bytes), want0);
+  EXPECT_DEATH(cache->copy_block_rows(0, 5, 1), "blocks 0 -> 5 out of \\[0, 5\\)");
+  EXPECT_DEATH(cache->copy_block_rows(0, 1, 17), "17 rows of a block of 16");
 }
 
 TEST(SequentialBlocks, HandsOutBlocksFromTheTopAndMapsSlots) {
