@@ -1,11 +1,14 @@
 // `dayzero generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P]
-// [--seed S]`: one completion, streamed to stdout as tokens arrive (incomplete UTF-8 characters
-// held back until the next token), ending at an eos id of the checkpoint or after N tokens.
+// [--top-k K] [--min-p P] [--repetition-penalty R] [--stop S]... [--seed S]`: one completion,
+// streamed to stdout as tokens arrive (incomplete UTF-8 characters and text that may start a stop
+// string held back), ending at an eos id of the checkpoint, a stop string or after N tokens.
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "dayzero/cli/commands.h"
 #include "dayzero/cli/model_args.h"
@@ -13,6 +16,7 @@
 #include "dayzero/runtime/generation_config.h"
 #include "dayzero/runtime/sampler.h"
 #include "dayzero/runtime/single_sequence.h"
+#include "dayzero/runtime/stop_strings.h"
 #include "dayzero/runtime/utf8_stream.h"
 #include "dayzero/serve/tokenizer/tokenizer.h"
 
@@ -25,6 +29,10 @@ struct GenerateArgs {
   int64_t max_tokens = 128;
   float temperature = 0.0f;
   float top_p = 1.0f;
+  int32_t top_k = 0;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  std::vector<std::string> stop;
   uint64_t seed = 0;
 };
 
@@ -34,8 +42,13 @@ void write_out(const std::string& text) {
 }
 
 Status run(const GenerateArgs& args) {
-  runtime::SamplingParams sampling{
-      .temperature = args.temperature, .top_p = args.top_p, .seed = args.seed};
+  runtime::SamplingParams sampling{.temperature = args.temperature,
+                                   .top_p = args.top_p,
+                                   .top_k = args.top_k,
+                                   .min_p = args.min_p,
+                                   .repetition_penalty = args.repetition_penalty,
+                                   .seed = args.seed,
+                                   .stop = args.stop};
   DZ_RETURN_IF_ERROR(runtime::validate_sampling_params(sampling));
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<serve::Tokenizer> tokenizer,
                       serve::load_tokenizer(args.model.model_dir));
@@ -58,8 +71,10 @@ Status run(const GenerateArgs& args) {
   DZ_ASSIGN_OR_RETURN(
       runtime::SingleSequence seq,
       runtime::SingleSequence::create(*model, num_prompt + args.max_tokens, args.model.block_size));
-  runtime::Sampler sampler(sampling);
+  runtime::Sampler sampler(sampling, defaults.eos_token_ids);
   runtime::Utf8Stream text;
+  runtime::StopMatcher stop(sampling.stop, sampling.include_stop_str_in_output);
+  std::vector<int32_t> output_ids;
   std::vector<float> logits;
 
   auto start = std::chrono::steady_clock::now();
@@ -67,15 +82,16 @@ Status run(const GenerateArgs& args) {
   auto prefill_end = std::chrono::steady_clock::now();
   int64_t num_generated = 0;
   while (num_generated < args.max_tokens) {
-    const int32_t token = sampler.sample(logits);
+    const int32_t token = sampler.sample(logits, num_generated, prompt_ids, output_ids).token;
     ++num_generated;
-    if (std::binary_search(defaults.eos_token_ids.begin(), defaults.eos_token_ids.end(), token))
-      break;
-    write_out(text.push(tokenizer->token_bytes(token).value_or("")));
-    if (num_generated == args.max_tokens) break;
+    if (sampler.is_stop_token(token)) break;
+    output_ids.push_back(token);
+    write_out(stop.push(text.push(tokenizer->token_bytes(token).value_or(""))));
+    if (stop.stopped() || num_generated == args.max_tokens) break;
     DZ_RETURN_IF_ERROR(seq.extend(ctx, std::span<const int32_t>(&token, 1), false, logits));
   }
-  write_out(text.finish() + "\n");
+  if (!stop.stopped()) write_out(stop.push(text.finish()) + stop.finish());
+  write_out("\n");
   auto end = std::chrono::steady_clock::now();
   auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   spdlog::info("prompt {} tokens in {:.3f} s; {} generated in {:.3f} s", num_prompt,
@@ -97,6 +113,15 @@ RunCommand add_generate_command(CLI::App& app) {
       ->add_option("--temperature", args->temperature, "0: greedy; otherwise softmax(logits / T)")
       ->capture_default_str();
   command->add_option("--top-p", args->top_p, "nucleus mass in (0, 1]")->capture_default_str();
+  command->add_option("--top-k", args->top_k, "keep the K most likely tokens; <= 0: off")
+      ->capture_default_str();
+  command->add_option("--min-p", args->min_p, "keep p >= min_p * p_max; 0: off")
+      ->capture_default_str();
+  command
+      ->add_option("--repetition-penalty", args->repetition_penalty,
+                   "over prompt + output: logit / r if positive, logit * r if negative; 1: off")
+      ->capture_default_str();
+  command->add_option("--stop", args->stop, "stop string (repeatable); cut before it");
   command->add_option("--seed", args->seed, "sampler seed")->capture_default_str();
   return [args] {
     Status status = run(*args);
