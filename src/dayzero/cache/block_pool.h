@@ -1,0 +1,151 @@
+#pragma once
+// The block pool of the paged cache (serving.md §1.1–1.5): num_blocks blocks of block_size tokens,
+// block 0 the null block that pads tables and is never handed out. Reference counts (one per block
+// table holding a block), an intrusive doubly linked free list in LRU order whose free blocks may
+// still carry a prefix hash (the eviction candidates), copy-on-write of shared blocks, a hash
+// index of full blocks, and an emergency reserve only running decodes may take. One block id
+// reserves a block in every paged layer cache at once (§1.2); this class only does the
+// bookkeeping, model::KvCache holds the bytes. Not thread-safe: the scheduler owns it.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "dayzero/cache/prefix_hash.h"
+#include "dayzero/core/status.h"
+
+namespace dz::cache {
+
+struct BlockPoolMetrics {
+  int64_t num_blocks = 0;           // pool size, null block included
+  int64_t used = 0;                 // ref_cnt > 0
+  int64_t free = 0;                 // ref_cnt == 0 (null block excluded), cached or not
+  int64_t cached = 0;               // free blocks that still carry a hash
+  int64_t allocatable = 0;          // what an admission may take now: max(free - reserve, 0)
+  int64_t reserve = 0;              // R, only for running decodes
+  int64_t prefix_query_blocks = 0;  // full blocks looked up
+  int64_t prefix_hit_blocks = 0;    // of those, found
+  // 1 − allocatable_for_largest_request / (free − R): 0 by construction for equal blocks.
+  double external_fragmentation = 0.0;
+
+  double prefix_hit_rate() const {
+    return prefix_query_blocks == 0
+               ? 0.0
+               : static_cast<double>(prefix_hit_blocks) / static_cast<double>(prefix_query_blocks);
+  }
+};
+
+// 1 − tokens_held / (blocks_held · block_size): the unused tails of last blocks; 0 when nothing is
+// held.
+double internal_fragmentation(int64_t tokens_held, int64_t blocks_held, int64_t block_size);
+
+// The rows of from_block must be copied into to_block (model::KvCache::copy_block_rows).
+struct CowCopy {
+  int32_t from_block = 0;
+  int32_t to_block = 0;
+};
+
+class BlockPool {
+ public:
+  static constexpr int32_t kNullBlock = 0;
+
+  // num_blocks ≥ 2 (block 0 is null), block_size > 0, 0 ≤ reserve_blocks ≤ num_blocks − 1.
+  static Result<BlockPool> create(int64_t num_blocks, int64_t block_size, int64_t reserve_blocks);
+
+  int64_t num_blocks() const { return static_cast<int64_t>(blocks_.size()); }
+  int64_t block_size() const { return block_size_; }
+  int64_t num_free() const { return num_free_; }
+  // What allocate(·, for_running_decode) may take now: free, less the reserve for admissions.
+  int64_t num_allocatable(bool for_running_decode = false) const;
+
+  // Called with each evicted hash (a popped free block that was cached), so that the state
+  // checkpoint keyed by it can be released (§1.7).
+  void set_eviction_listener(std::function<void(const BlockHash&)> listener) {
+    eviction_listener_ = std::move(listener);
+  }
+
+  // Pops n blocks from the free-list head (least recently freed first), each with ref_cnt 1;
+  // evicts the hash of a popped cached block. kResourceExhausted and no change when fewer than n
+  // are allocatable: admissions and prefill chunks must leave R blocks, running decodes may take
+  // them.
+  Result<std::vector<int32_t>> allocate(int64_t n, bool for_running_decode = false);
+  // Appends n fresh blocks to table (same rules; table unchanged on failure).
+  Status append_blocks(std::vector<int32_t>& table, int64_t n, bool for_running_decode = false);
+
+  // Decrements every block of table; those reaching 0 go to the free-list tail in reverse table
+  // order, so the shared head of a prompt is evicted last. Aborts on a block already at 0.
+  void free(std::span<const int32_t> table);
+  // Increments every block of table: a child now holds a copy of it.
+  void fork(std::span<const int32_t> table);
+
+  // Before writing into table[index]: when the block is shared (ref_cnt > 1), allocates a fresh
+  // block, decrements the old one, swaps the new id into table and returns the copy to make. A
+  // block held once is written in place (nullopt). Fails like allocate.
+  Result<std::optional<CowCopy>> copy_on_write(std::vector<int32_t>& table, int64_t index,
+                                               bool for_running_decode = true);
+
+  // Indexes full block table[index] under hash with its block_size token ids, once the step that
+  // filled it has completed. Returns false, changing nothing, when another block already holds
+  // hash (computed twice concurrently: this copy stays unhashed and is freed normally). A block
+  // registers once; re-registering it under the same hash is a no-op returning true.
+  bool register_full_block(std::span<const int32_t> table, int64_t index, const BlockHash& hash,
+                           std::span<const int32_t> token_ids);
+
+  // The cached blocks of the longest prefix of hashes (block j covers
+  // tokens[j·B, (j+1)·B)), stopping at the first miss; a block whose token ids differ (a
+  // collision) is a miss. No side effects.
+  std::vector<int32_t> match_prefix(std::span<const BlockHash> hashes,
+                                    std::span<const int32_t> tokens) const;
+  // match_prefix, then takes a reference on every hit (a free cached block is touched: unlinked,
+  // ref_cnt 0 → 1) and counts the query in the metrics. The caller owns the returned blocks.
+  std::vector<int32_t> lookup(std::span<const BlockHash> hashes, std::span<const int32_t> tokens);
+
+  // Drops the hashes of every free cached block (a prefix-cache reset); returns how many.
+  int64_t evict_free_cached();
+
+  int32_t ref_count(int32_t block) const;
+  std::optional<BlockHash> hash_of(int32_t block) const;
+  BlockPoolMetrics metrics() const;
+
+  // §1.9: refcounts equal the owners in all_tables; the free list holds exactly the ref_cnt == 0
+  // blocks, once each, with consistent links; each hashed block is indexed under its own hash and
+  // the index names nothing else; block 0 is never owned. kInternal naming the first violation.
+  Status check_invariants(std::span<const std::vector<int32_t>> all_tables) const;
+
+ private:
+  struct Block {
+    int32_t ref_cnt = 0;
+    int32_t prev_free = -1;  // free-list links; -1 when not in the list
+    int32_t next_free = -1;
+    bool hashed = false;
+    BlockHash hash;
+    std::vector<int32_t> token_ids;  // block_size ids when hashed
+  };
+
+  BlockPool(int64_t num_blocks, int64_t block_size, int64_t reserve_blocks);
+  int32_t sentinel() const { return static_cast<int32_t>(blocks_.size()); }
+  int32_t& next(int32_t node) { return node == sentinel() ? head_ : blocks_[node].next_free; }
+  int32_t& prev(int32_t node) { return node == sentinel() ? tail_ : blocks_[node].prev_free; }
+  void push_back_free(int32_t block);
+  void unlink_free(int32_t block);
+  void evict(int32_t block);
+  void check_block_id(int32_t block) const;
+  void take_reference(int32_t block);
+
+  std::vector<Block> blocks_;
+  int32_t head_;  // sentinel's next: the eviction end
+  int32_t tail_;  // sentinel's prev: the most recently freed
+  int64_t block_size_;
+  int64_t reserve_blocks_;
+  int64_t num_free_ = 0;
+  int64_t num_cached_free_ = 0;
+  int64_t prefix_query_blocks_ = 0;
+  int64_t prefix_hit_blocks_ = 0;
+  std::unordered_map<BlockHash, int32_t, BlockHashHasher> index_;
+  std::function<void(const BlockHash&)> eviction_listener_;
+};
+
+}  // namespace dz::cache
