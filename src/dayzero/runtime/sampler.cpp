@@ -192,26 +192,39 @@ int32_t Sampler::draw(int64_t position) {
     const float la = logits_[static_cast<size_t>(a)], lb = logits_[static_cast<size_t>(b)];
     return la > lb || (la == lb && a < b);
   };
-  size_t num_sorted = 0;  // order_[0, num_sorted) holds the kept tokens, most probable first
+  // order_[0, num_candidates) holds the tokens top-k left; they are sorted only as far as needed.
   const bool top_k_on = params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n;
+  const size_t num_candidates = top_k_on ? static_cast<size_t>(params_.top_k) : n;
+  auto sort_prefix = [&](size_t count) {
+    std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(count),
+                      order_.end(), before);
+  };
   if (top_k_on || params_.top_p < 1.0f) {
     order_.resize(n);
     std::iota(order_.begin(), order_.end(), 0);
-    num_sorted = top_k_on ? static_cast<size_t>(params_.top_k) : n;
-    std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(num_sorted),
-                      order_.end(), before);
-    for (size_t i = num_sorted; i < n; ++i) kept_[static_cast<size_t>(order_[i])] = 0;
+  }
+  if (top_k_on) {
+    sort_prefix(num_candidates);
+    for (size_t i = num_candidates; i < n; ++i) kept_[static_cast<size_t>(order_[i])] = 0;
   }
   if (params_.top_p < 1.0f) {
-    // Nucleus of what top-k left: the shortest prefix whose mass reaches top_p of it.
+    // Nucleus of what top-k left: the shortest prefix whose mass reaches top_p of it. The
+    // sorted prefix grows geometrically, since a nucleus is usually far smaller than the vocab.
     double total = 0;
-    for (size_t i = 0; i < num_sorted; ++i) total += probs_[static_cast<size_t>(order_[i])];
+    for (size_t i = 0; i < num_candidates; ++i) total += probs_[static_cast<size_t>(order_[i])];
     const double target = static_cast<double>(params_.top_p) * total;
+    size_t num_sorted = top_k_on ? num_candidates : std::min<size_t>(n, 256);
+    if (!top_k_on) sort_prefix(num_sorted);
     double mass = 0;
     size_t num_kept = 0;
-    while (num_kept < num_sorted && (num_kept == 0 || mass < target))
-      mass += probs_[static_cast<size_t>(order_[num_kept++])];
-    for (size_t i = num_kept; i < num_sorted; ++i) kept_[static_cast<size_t>(order_[i])] = 0;
+    while (true) {
+      while (num_kept < num_sorted && (num_kept == 0 || mass < target))
+        mass += probs_[static_cast<size_t>(order_[num_kept++])];
+      if (mass >= target || num_sorted == num_candidates) break;
+      num_sorted = std::min(num_candidates, 4 * num_sorted);
+      sort_prefix(num_sorted);  // keeps order_[0, num_kept): they lead under the same order
+    }
+    for (size_t i = num_kept; i < num_candidates; ++i) kept_[static_cast<size_t>(order_[i])] = 0;
   }
   if (params_.min_p > 0.0f) {
     // The most probable token (p = 1 before normalising) survives top-k and top-p, so the

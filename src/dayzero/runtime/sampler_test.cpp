@@ -166,6 +166,31 @@ TEST(Sampler, TopPKeepsTheSmallestNucleus) {
                    reference_probs(logits, 0.8, 0, p, 0.0));
 }
 
+// A flat distribution over 2000 tokens: the nucleus holds over a thousand, past the first sorted
+// prefix of the sampler. Draws must stay in the reference nucleus and reach beyond rank 256; the
+// counts are compared in 16 bins of consecutive token ids.
+TEST(Sampler, LargeNucleusOverAWideVocabulary) {
+  const std::vector<float> logits = random_logits(2000, 16, 0.3f);
+  const std::vector<double> expected = reference_probs(logits, 1.0, 0, 0.9, 0.0);
+  const DrawStats stats = draw_over_seeds({.temperature = 1.0f, .top_p = 0.9f}, logits, 4000);
+  std::vector<double> sorted_probs = expected;
+  std::sort(sorted_probs.begin(), sorted_probs.end(), std::greater<>());
+  const double rank_256_prob = sorted_probs[256];
+  bool beyond_256 = false;
+  DrawStats binned{std::vector<double>(16, 0.0), stats.num_draws};
+  std::vector<double> binned_expected(16, 0.0);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (expected[i] == 0) {
+      EXPECT_EQ(stats.counts[i], 0) << i;
+    }
+    if (stats.counts[i] > 0 && expected[i] < rank_256_prob) beyond_256 = true;
+    binned.counts[i * 16 / logits.size()] += stats.counts[i];
+    binned_expected[i * 16 / logits.size()] += expected[i];
+  }
+  EXPECT_TRUE(beyond_256);
+  expect_follows(binned, binned_expected);
+}
+
 TEST(Sampler, MinPKeepsTokensNearTheMostLikely) {
   const std::vector<float> logits = random_logits(40, 8, 1.0f);
   for (float m : {0.05f, 0.3f})
