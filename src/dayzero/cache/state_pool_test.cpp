@@ -379,6 +379,11 @@ void run_random_ops(uint32_t seed, int32_t max_live, int32_t max_checkpoints, in
     ASSERT_EQ(m.checkpoint_evictions, evictions);
     ASSERT_EQ(states.at(0), 0u);  // the null slot is never written
   }
+  // The mix reached the interesting paths.
+  if (max_checkpoints > 0 && num_ops >= 2000) {
+    EXPECT_GT(hits, 0);
+    EXPECT_GT(evictions, 0);
+  }
   // Drain: every slot goes back.
   for (int32_t slot : model.live) pool.release_live(slot);
   for (uint64_t k = 1; k <= num_keys; ++k) {
