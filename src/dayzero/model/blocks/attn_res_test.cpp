@@ -16,7 +16,9 @@
 namespace dz::model {
 namespace {
 
-constexpr double kTolerance = 1e-6;
+// FP32 kernels against the FP64 reference, per token (models.md §8.1: 1e-5). Typical errors are
+// 1e-7; rows of mixed magnitudes (1e-20 … 1e20) reached 1.4e-6 in one of a few hundred seeds.
+constexpr double kTolerance = 1e-5;
 constexpr float kEps = 1e-5f;  // K3 rms_norm_eps
 const ExecContext kCtx{2};
 
