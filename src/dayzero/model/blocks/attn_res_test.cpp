@@ -188,8 +188,9 @@ TEST(AttnRes, RowsOfHugeAndTinyMagnitude) {
 }
 
 // Large pseudo-queries (|s| up to ~1e3): exp(s) would overflow without the max subtraction. The
-// FP32 score carries an absolute error of ~|s|·1e-7, which the softmax turns into a relative
-// weight error of the same size, hence the looser 1e-4 here.
+// FP32 score, a 256-term dot product, carries an absolute error up to ~|s|·sqrt(d)·2^-24 ≈ 1e-3,
+// which the softmax turns into a relative weight error of the same size (seen: up to 1.7e-4),
+// hence the looser 1e-3 here.
 TEST(AttnRes, LargeScoresStayFinite) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
@@ -200,8 +201,8 @@ TEST(AttnRes, LargeScoresStayFinite) {
   const Outputs o = mix_all(rows, num_rows - 1, query, num_tokens, dim);
   for (float v : o.direct) ASSERT_TRUE(std::isfinite(v));
   for (float v : o.two_phase) ASSERT_TRUE(std::isfinite(v));
-  EXPECT_LT(max_token_rel_rms(o.direct, o.ref, dim), 1e-4);
-  EXPECT_LT(max_token_rel_rms(o.two_phase, o.ref, dim), 1e-4);
+  EXPECT_LT(max_token_rel_rms(o.direct, o.ref, dim), 1e-3);
+  EXPECT_LT(max_token_rel_rms(o.two_phase, o.ref, dim), 1e-3);
 }
 
 TEST(AttnRes, PhasesCompose) {
