@@ -166,6 +166,32 @@ def format_report(label, report):
     return "\n".join(lines)
 
 
+
+def _print_search(search, what):
+    """Runs search(length) -> (ids or None, detail) for every test length and prints a PROMPTS dict
+    to paste into a test_prompts module; exit status 0 when every length found one."""
+    found = {}
+    for length in TEST_LENGTHS:
+        ids, detail = search(length)
+        print(f"# length {length}: {what} {detail}" if ids else f"# length {length}: none found")
+        if ids:
+            found[length] = ids
+    print("PROMPTS = {")
+    for length, ids in found.items():
+        print(f"    {length}: {ids},")
+    print("}")
+    return 0 if len(found) == len(TEST_LENGTHS) else 1
+
+
+def _requested_prompts(args, parser, prompts_module):
+    """length -> ids: the stored test prompts (--test-prompts) or the one given (--token-ids)."""
+    if args.test_prompts:
+        return dict(prompts_module.PROMPTS)
+    if args.token_ids:
+        return {len(args.token_ids): args.token_ids}
+    parser.error("give --token-ids or --test-prompts")
+    return {}
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("model_dir")
@@ -187,24 +213,10 @@ def main(argv=None):
     if args.search:
         refs = [deepseek_v32.DeepseekV32Reference(args.model_dir, kv_cache_dtype=d)
                 for d in ("fp8", "bf16")]
-        found = {}
-        for length in TEST_LENGTHS:
-            ids, cap, _ = search_prompt(refs, length, trials=args.trials, rel=args.rel)
-            print(f"# length {length}: marked cap {cap}" if ids else f"# length {length}: none found")
-            if ids:
-                found[length] = ids
-        print("PROMPTS = {")
-        for length, ids in found.items():
-            print(f"    {length}: {ids},")
-        print("}")
-        return 0 if len(found) == len(TEST_LENGTHS) else 1
-    if args.test_prompts:
-        from dayzero_ref import test_prompts
-        prompts = dict(test_prompts.PROMPTS)
-    elif args.token_ids:
-        prompts = {len(args.token_ids): args.token_ids}
-    else:
-        parser.error("give --token-ids or --test-prompts")
+        return _print_search(lambda length: search_prompt(refs, length, trials=args.trials,
+                                                          rel=args.rel)[:2], "marked cap")
+    from dayzero_ref import test_prompts  # pylint: disable=import-outside-toplevel
+    prompts = _requested_prompts(args, parser, test_prompts)
     dtypes = ("fp8", "bf16") if args.kv_cache_dtype == "both" else (args.kv_cache_dtype,)
     refs = {d: deepseek_v32.DeepseekV32Reference(args.model_dir, kv_cache_dtype=d) for d in dtypes}
     ok = True
@@ -280,24 +292,10 @@ def _main_kimi(args, parser):
         parser.error("Kimi tiny models: --kv-cache-dtype bf16 only")
     ref = kimi.KimiReference(args.model_dir, kv_cache_dtype="bf16")
     if args.search:
-        found = {}
-        for length in TEST_LENGTHS:
-            ids, attempt = search_kimi_prompt([ref], length, trials=args.trials, rel=args.rel)
-            print(f"# length {length}: attempt {attempt}" if ids else f"# length {length}: none")
-            if ids:
-                found[length] = ids
-        print("PROMPTS = {")
-        for length, ids in found.items():
-            print(f"    {length}: {ids},")
-        print("}")
-        return 0 if len(found) == len(TEST_LENGTHS) else 1
-    if args.test_prompts:
-        from dayzero_ref import test_prompts_kimi
-        prompts = dict(test_prompts_kimi.PROMPTS)
-    elif args.token_ids:
-        prompts = {len(args.token_ids): args.token_ids}
-    else:
-        parser.error("give --token-ids or --test-prompts")
+        return _print_search(lambda length: search_kimi_prompt([ref], length, trials=args.trials,
+                                                               rel=args.rel), "attempt")
+    from dayzero_ref import test_prompts_kimi  # pylint: disable=import-outside-toplevel
+    prompts = _requested_prompts(args, parser, test_prompts_kimi)
     ok = True
     for length, ids in prompts.items():
         report = check(ref, ids, args.trials, args.rel, args.seed, with_mtp=False)
