@@ -1,0 +1,87 @@
+#pragma once
+// What goes into and comes out of the serving engine (serving.md §2–§3): its configuration, one
+// request, and the incremental outputs a request streams. Shared by EngineCore (one step at a
+// time, single-threaded), Engine (its thread-safe wrapper), the CLI and the server.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dayzero/core/status.h"
+#include "dayzero/runtime/sampler.h"
+#include "dayzero/runtime/stop_strings.h"
+
+namespace dz::runtime {
+
+// The bytes one token stands for (the tokenizer's token_bytes); nullopt for an id it lacks.
+// runtime/ sits below serve/, so the engine sees the tokenizer only through this.
+using TokenBytesFn = std::function<std::optional<std::string>(int32_t token)>;
+
+struct EngineConfig {
+  int64_t max_num_seqs = 32;             // running requests; also the number of live state slots
+  int64_t max_num_batched_tokens = 512;  // token budget of one step
+  int64_t max_queued_requests = 256;     // waiting requests; submit beyond: kResourceExhausted
+  int64_t long_prefill_threshold = 0;    // 0: max_num_batched_tokens / 2
+  int64_t max_long_partial_prefills = 1;
+  int64_t block_size = 64;  // tokens per KV block
+  int64_t num_blocks = 0;   // KV blocks incl. the null block; 0: from kv_cache_bytes
+  int64_t kv_cache_bytes = int64_t{1} << 30;
+  int64_t reserve_blocks = -1;   // emergency reserve; -1: max_num_seqs (one per decode)
+  int64_t max_model_len = 4096;  // prompt + output tokens of one request
+  bool enable_prefix_caching = true;
+  int64_t max_state_checkpoints = -1;        // hybrid models; -1: 2 · max_num_seqs
+  int64_t state_checkpoint_interval = 1024;  // multiple of block_size
+  std::string model_identity;  // seeds the prefix-hash chain (two models never share entries)
+  std::vector<int32_t> eos_token_ids;
+  TokenBytesFn token_bytes;       // needed for text output and stop strings; may be empty
+  bool check_invariants = false;  // cache invariants after every step (tests, debug builds)
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt_token_ids;  // non-empty, ids in the vocabulary
+  SamplingParams sampling;
+  int64_t max_tokens = 16;     // ≥ 1; prompt + max_tokens ≤ max_model_len
+  int32_t priority = 0;        // lower runs first; FCFS among equals
+  std::string cache_salt;      // isolates prefix-cache entries between tenants
+  uint32_t choice_index = 0;   // the sampler's choice stream (n > 1 fans out into requests)
+  bool return_logits = false;  // tests and verification: the FP32 logits row of every sampled token
+};
+
+// One delta of a request's stream. The concatenation of every delta's new_token_ids is the
+// output; of new_text, the completion text (UTF-8 held back until whole, stop strings cut).
+struct RequestOutput {
+  int64_t request_id = 0;
+  std::vector<int32_t> new_token_ids;
+  std::vector<SampleResult> new_samples;       // with logprobs when asked (token, logprob, top)
+  std::vector<std::vector<float>> new_logits;  // return_logits: one [vocab] row per new token
+  std::string new_text;                        // empty without EngineConfig::token_bytes
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  bool aborted = false;  // cancelled (finish_reason stays kNone)
+  Status error;          // a request that failed (e.g. the model refused its batch)
+  int64_t num_prompt_tokens = 0;
+  int64_t num_cached_tokens = 0;  // prompt tokens served by the prefix cache at (last) admission
+  int64_t num_output_tokens = 0;  // generated so far
+  int64_t num_preemptions = 0;    // times this request was preempted and recomputed
+};
+
+struct EngineMetrics {
+  int64_t num_running = 0;
+  int64_t num_waiting = 0;
+  int64_t num_blocks = 0;       // null block excluded
+  int64_t num_used_blocks = 0;  // held by requests
+  int64_t num_cached_free_blocks = 0;
+  double kv_cache_usage = 0.0;  // used / num_blocks
+  int64_t prefix_query_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
+  int64_t prompt_tokens = 0;      // counted at admission
+  int64_t generation_tokens = 0;  // sampled
+  int64_t num_preemptions = 0;
+  int64_t num_steps = 0;
+  int64_t live_tokens = 0;      // tokens held in the cache by running requests
+  int64_t allocated_slots = 0;  // blocks held by running requests × block_size
+};
+
+}  // namespace dz::runtime
