@@ -12,6 +12,7 @@ std::string_view status_code_name(StatusCode code) {
     case StatusCode::kIo: return "i/o error";
     case StatusCode::kInternal: return "internal error";
     case StatusCode::kResourceExhausted: return "resource exhausted";
+    case StatusCode::kAlreadyExists: return "already exists";
   }
   return "unknown";
 }

@@ -20,6 +20,7 @@ enum class StatusCode {
   kIo,               // the operating system refused (open, mmap, read)
   kInternal,         // a broken invariant reported as a value
   kResourceExhausted,  // a bounded pool or queue is full (no free slot or block: the server's 503)
+  kAlreadyExists,      // a name or id that must be new is taken (a request id in use)
 };
 
 std::string_view status_code_name(StatusCode code);

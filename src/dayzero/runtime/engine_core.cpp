@@ -1,0 +1,413 @@
+#include "dayzero/runtime/engine_core.h"
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "dayzero/cache/block_pool.h"
+#include "dayzero/cache/prefix_hash.h"
+#include "dayzero/cache/state_pool.h"
+#include "dayzero/core/check.h"
+#include "dayzero/model/forward_batch.h"
+#include "dayzero/model/kv_cache.h"
+#include "dayzero/runtime/request.h"
+#include "dayzero/runtime/scheduler.h"
+
+namespace dz::runtime {
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// The cache format in every block's extra keys: a block computed under another layout or block
+// size must never be served (serving.md §1.4).
+std::string cache_format(std::span<const model::LayerCacheSpec> layers, int64_t block_size) {
+  std::string format = "kv";
+  for (const model::LayerCacheSpec& spec : layers) {
+    if (spec.mla.latent_dim > 0)
+      format += fmt::format(":mla{}+{}{}", spec.mla.latent_dim, spec.mla.rope_dim,
+                            spec.mla.dtype == kernels::KvCacheDtype::kFp8 ? "fp8" : "bf16");
+    if (spec.index_key_dim > 0) format += fmt::format(":idx{}", spec.index_key_dim);
+    if (spec.kda.num_heads > 0) format += ":kda";
+  }
+  return format + fmt::format(";B={}", block_size);
+}
+
+Status check_config(const EngineConfig& c, int64_t vocab_size) {
+  auto bad = [](std::string_view field, int64_t value, std::string_view want) {
+    return make_error(StatusCode::kInvalidArgument, "engine config: {} = {} (want {})", field,
+                      value, want);
+  };
+  if (c.max_num_seqs < 1) return bad("max_num_seqs", c.max_num_seqs, ">= 1");
+  if (c.max_num_batched_tokens < 1)
+    return bad("max_num_batched_tokens", c.max_num_batched_tokens, ">= 1");
+  if (c.max_queued_requests < 0) return bad("max_queued_requests", c.max_queued_requests, ">= 0");
+  if (c.long_prefill_threshold < 0)
+    return bad("long_prefill_threshold", c.long_prefill_threshold, ">= 0");
+  if (c.max_long_partial_prefills < 1)
+    return bad("max_long_partial_prefills", c.max_long_partial_prefills, ">= 1");
+  if (c.block_size < 1) return bad("block_size", c.block_size, ">= 1");
+  if (c.num_blocks < 0 || c.num_blocks == 1)
+    return bad("num_blocks", c.num_blocks, "0 (from kv_cache_bytes) or >= 2");
+  if (c.num_blocks == 0 && c.kv_cache_bytes <= 0)
+    return bad("kv_cache_bytes", c.kv_cache_bytes, "> 0 when num_blocks is 0");
+  if (c.reserve_blocks < -1) return bad("reserve_blocks", c.reserve_blocks, ">= -1");
+  if (c.max_model_len < 2) return bad("max_model_len", c.max_model_len, ">= 2");
+  if (c.max_state_checkpoints < -1)
+    return bad("max_state_checkpoints", c.max_state_checkpoints, ">= -1");
+  if (c.state_checkpoint_interval < 1 || c.state_checkpoint_interval % c.block_size != 0)
+    return bad("state_checkpoint_interval", c.state_checkpoint_interval,
+               fmt::format("a positive multiple of block_size {}", c.block_size));
+  for (const int32_t id : c.eos_token_ids)
+    if (id < 0 || id >= vocab_size)
+      return bad("eos_token_ids", id, fmt::format("in [0, {})", vocab_size));
+  return Status::ok_status();
+}
+
+}  // namespace
+
+struct EngineCore::Impl {
+  model::CausalLm* model = nullptr;
+  ExecContext ctx;
+  int64_t vocab_size = 0;
+  int64_t num_blocks = 0;  // null block included
+  int64_t reserve_blocks = 0;
+  model::KvCache cache;
+  std::optional<cache::BlockPool> blocks;
+  std::optional<cache::StatePool> states;
+  std::optional<Scheduler> scheduler;
+
+  std::vector<RequestOutput> pending;  // aborted requests, reported by the next step
+  int64_t generation_tokens = 0;
+  int64_t num_steps = 0;
+
+  // Scratch of one step.
+  std::vector<int32_t> token_ids;
+  std::vector<int32_t> positions;
+  std::vector<int64_t> slot_mapping;
+  std::vector<int64_t> logits_rows;
+  std::vector<float> logits;
+};
+
+EngineCore::EngineCore(EngineConfig config, std::unique_ptr<Impl> impl)
+    : config_(std::move(config)), impl_(std::move(impl)) {}
+
+EngineCore::~EngineCore() = default;
+
+Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CausalLm& model,
+                                                       const ExecContext& ctx,
+                                                       const EngineConfig& config) {
+  const int64_t vocab_size = model.vocab_size();
+  DZ_RETURN_IF_ERROR(check_config(config, vocab_size));
+  const std::vector<model::LayerCacheSpec> layers = model.cache_layers();
+  const bool recurrent = std::any_of(layers.begin(), layers.end(),
+                                     [](const auto& spec) { return spec.kda.num_heads > 0; });
+  const int64_t max_checkpoints = !recurrent                          ? 0
+                                  : config.max_state_checkpoints >= 0 ? config.max_state_checkpoints
+                                                                      : 2 * config.max_num_seqs;
+  const int64_t num_state_slots = recurrent ? 1 + config.max_num_seqs + max_checkpoints : 0;
+
+  int64_t num_blocks = config.num_blocks;
+  if (num_blocks == 0) {
+    // The bytes of one token over every paged layer, from a one-block probe cache.
+    DZ_ASSIGN_OR_RETURN(model::KvCache probe,
+                        model::KvCache::create(layers, 1, config.block_size, recurrent ? 1 : 0));
+    const int64_t block_bytes = probe.bytes_per_token() * config.block_size;
+    // No paged layer (a purely recurrent model): blocks are bookkeeping only, enough for every
+    // running request's whole context.
+    num_blocks = block_bytes > 0
+                     ? config.kv_cache_bytes / block_bytes
+                     : 1 + config.max_num_seqs * ceil_div(config.max_model_len, config.block_size);
+    if (num_blocks < 2)
+      return make_error(
+          StatusCode::kInvalidArgument,
+          "engine config: kv_cache_bytes = {} holds {} blocks of {} bytes (want >= 2)",
+          config.kv_cache_bytes, num_blocks, block_bytes);
+  }
+  // Default reserve: one block per running decode (serving.md §1.5), at least 1% of the pool, and
+  // at most half of it, so that a small pool still admits.
+  int64_t reserve = config.reserve_blocks;
+  if (reserve < 0) {
+    reserve = std::max(config.max_num_seqs, (num_blocks - 1) / 100);
+    reserve = std::min(reserve, (num_blocks - 1) / 2);
+  } else if (reserve > num_blocks - 2) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "engine config: reserve_blocks = {} leaves no block of {} for admissions",
+                      reserve, num_blocks - 1);
+  }
+
+  auto impl = std::make_unique<Impl>();
+  impl->model = &model;
+  impl->ctx = ctx;
+  impl->vocab_size = vocab_size;
+  impl->num_blocks = num_blocks;
+  impl->reserve_blocks = reserve;
+  DZ_ASSIGN_OR_RETURN(
+      impl->cache, model::KvCache::create(layers, num_blocks, config.block_size, num_state_slots));
+  DZ_ASSIGN_OR_RETURN(impl->blocks,
+                      cache::BlockPool::create(num_blocks, config.block_size, reserve));
+  if (recurrent) {
+    // The cache sits at its final address inside impl, so the pool may keep a reference to it.
+    DZ_ASSIGN_OR_RETURN(impl->states, cache::StatePool::create(
+                                          impl->cache, static_cast<int32_t>(config.max_num_seqs),
+                                          static_cast<int32_t>(max_checkpoints)));
+    cache::StatePool* states = &*impl->states;
+    impl->blocks->set_eviction_listener(
+        [states](const cache::BlockHash& hash) { states->release_checkpoint(hash); });
+  }
+  const SchedulerConfig scheduler_config{
+      .max_num_seqs = config.max_num_seqs,
+      .max_num_batched_tokens = config.max_num_batched_tokens,
+      .long_prefill_threshold = config.long_prefill_threshold > 0
+                                    ? config.long_prefill_threshold
+                                    : std::max<int64_t>(1, config.max_num_batched_tokens / 2),
+      .max_long_partial_prefills = config.max_long_partial_prefills,
+      .max_model_len = config.max_model_len,
+      .enable_prefix_caching = config.enable_prefix_caching,
+      .state_checkpoint_interval = config.state_checkpoint_interval,
+  };
+  impl->scheduler.emplace(scheduler_config, *impl->blocks, impl->states ? &*impl->states : nullptr,
+                          cache::model_seed_hash(config.model_identity),
+                          cache_format(layers, config.block_size));
+  return std::unique_ptr<EngineCore>(new EngineCore(config, std::move(impl)));
+}
+
+Status EngineCore::validate_request(const GenerationRequest& request) const {
+  const auto num_prompt = static_cast<int64_t>(request.prompt_token_ids.size());
+  if (num_prompt == 0)
+    return make_error(StatusCode::kInvalidArgument, "prompt_token_ids: the prompt is empty");
+  for (size_t i = 0; i < request.prompt_token_ids.size(); ++i) {
+    const int32_t id = request.prompt_token_ids[i];
+    if (id < 0 || id >= impl_->vocab_size)
+      return make_error(StatusCode::kInvalidArgument,
+                        "prompt_token_ids[{}]: token {} is outside the vocabulary [0, {})", i, id,
+                        impl_->vocab_size);
+  }
+  DZ_RETURN_IF_ERROR(validate_sampling_params(request.sampling, impl_->vocab_size));
+  if (request.max_tokens < 1)
+    return make_error(StatusCode::kInvalidArgument, "max_tokens: {} (want >= 1)",
+                      request.max_tokens);
+  if (num_prompt + request.max_tokens > config_.max_model_len)
+    return make_error(StatusCode::kInvalidArgument,
+                      "max_tokens: a prompt of {} tokens + max_tokens {} exceeds max_model_len {}",
+                      num_prompt, request.max_tokens, config_.max_model_len);
+  if (!request.sampling.stop.empty() && !config_.token_bytes)
+    return make_error(StatusCode::kInvalidArgument,
+                      "stop: stop strings need the engine's token_bytes (no tokenizer given)");
+  // A request the cache can never hold would wait forever: its prompt must fit beside the reserve
+  // and its whole context in the pool.
+  const int64_t usable = impl_->num_blocks - 1;
+  const int64_t prompt_blocks = ceil_div(num_prompt, config_.block_size);
+  const int64_t context_blocks = ceil_div(num_prompt + request.max_tokens - 1, config_.block_size);
+  if (prompt_blocks > usable - impl_->reserve_blocks || context_blocks > usable)
+    return make_error(StatusCode::kInvalidArgument,
+                      "max_tokens: {} prompt + {} new tokens need {} KV blocks of {} ({} for the "
+                      "prompt); the cache has {}, {} of them reserved",
+                      num_prompt, request.max_tokens, context_blocks, config_.block_size,
+                      prompt_blocks, usable, impl_->reserve_blocks);
+  return Status::ok_status();
+}
+
+Status EngineCore::add_request(int64_t request_id, GenerationRequest request) {
+  DZ_RETURN_IF_ERROR(validate_request(request));
+  Scheduler& scheduler = *impl_->scheduler;
+  if (scheduler.find(request_id) != nullptr)
+    return make_error(StatusCode::kAlreadyExists, "request id {} is already in use", request_id);
+  if (scheduler.num_waiting() >= config_.max_queued_requests)
+    return make_error(StatusCode::kResourceExhausted,
+                      "the queue is full: {} requests waiting (max_queued_requests)",
+                      scheduler.num_waiting());
+  scheduler.add(std::make_unique<Request>(request_id, std::move(request), config_.eos_token_ids));
+  return Status::ok_status();
+}
+
+namespace {
+
+RequestOutput make_output(const Request& r) {
+  RequestOutput out;
+  out.request_id = r.id;
+  out.num_prompt_tokens = r.num_prompt_tokens;
+  out.num_cached_tokens = r.num_cached_tokens;
+  out.num_output_tokens = r.num_output_tokens();
+  out.num_preemptions = r.num_preemptions;
+  return out;
+}
+
+}  // namespace
+
+bool EngineCore::abort_request(int64_t request_id) {
+  Scheduler& scheduler = *impl_->scheduler;
+  Request* r = scheduler.find(request_id);
+  if (r == nullptr) return false;
+  RequestOutput out = make_output(*r);
+  out.finished = true;
+  out.aborted = true;
+  scheduler.finish(request_id);
+  impl_->pending.push_back(std::move(out));
+  return true;
+}
+
+bool EngineCore::has_unfinished_requests() const {
+  return impl_->scheduler->num_waiting() + impl_->scheduler->num_running() > 0 ||
+         !impl_->pending.empty();
+}
+
+namespace {
+
+// Appends one token's text to r's stream; returns what may be shown now.
+std::string push_text(Request& r, const TokenBytesFn& token_bytes, int32_t token) {
+  if (!token_bytes) return {};
+  const std::optional<std::string> bytes = token_bytes(token);
+  if (!bytes) return {};
+  return r.stop_matcher.push(r.utf8.push(*bytes));
+}
+
+// Flushes the held-back text at the end of a completion that did not stop on a string.
+std::string flush_text(Request& r, const TokenBytesFn& token_bytes) {
+  if (!token_bytes || r.stop_matcher.stopped()) return {};
+  std::string text = r.stop_matcher.push(r.utf8.finish());
+  if (!r.stop_matcher.stopped()) text += r.stop_matcher.finish();
+  return text;
+}
+
+}  // namespace
+
+std::vector<RequestOutput> EngineCore::step() {
+  Impl& m = *impl_;
+  Scheduler& scheduler = *m.scheduler;
+  std::vector<RequestOutput> outputs = std::move(m.pending);
+  m.pending.clear();
+  if (scheduler.num_waiting() + scheduler.num_running() == 0) return outputs;
+
+  SchedulerOutput plan = scheduler.schedule();
+  ++m.num_steps;
+  if (plan.chunks.empty()) return outputs;
+  // Decode rows first, then prefill chunks (serving.md §2.2), each group in scheduling order.
+  std::stable_partition(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) {
+    return c.num_tokens == 1 && c.request->num_computed_tokens >= c.request->num_prompt_tokens;
+  });
+
+  const auto num_tokens = static_cast<size_t>(plan.num_scheduled_tokens);
+  m.token_ids.resize(num_tokens);
+  m.positions.resize(num_tokens);
+  m.slot_mapping.resize(num_tokens);
+  m.logits_rows.clear();
+  model::ForwardBatch batch;
+  batch.block_size = config_.block_size;
+  std::vector<Request*> sampled;  // requests with a logits row, in row order
+  int64_t t = 0;
+  for (const ScheduledChunk& c : plan.chunks) {
+    const Request& r = *c.request;
+    const int64_t begin = r.num_computed_tokens;
+    for (int64_t i = 0; i < c.num_tokens; ++i) {
+      const auto k = static_cast<size_t>(t + i);
+      m.token_ids[k] = r.tokens[static_cast<size_t>(begin + i)];
+      m.positions[k] = static_cast<int32_t>(begin + i);
+      m.slot_mapping[k] = model::slot_of(r.block_table, config_.block_size, begin + i);
+    }
+    batch.sequences.push_back(model::SequenceSlice{.token_begin = t,
+                                                   .num_tokens = c.num_tokens,
+                                                   .pos_begin = begin,
+                                                   .block_table = r.block_table,
+                                                   .state_slot = r.state_slot});
+    t += c.num_tokens;
+    if (begin + c.num_tokens == r.num_tokens()) {
+      m.logits_rows.push_back(t - 1);
+      sampled.push_back(c.request);
+    }
+  }
+  batch.token_ids = m.token_ids;
+  batch.positions = m.positions;
+  batch.slot_mapping = m.slot_mapping;
+  const auto vocab = static_cast<size_t>(m.vocab_size);
+  m.logits.resize(m.logits_rows.size() * vocab);
+
+  const Status forward =
+      m.model->forward(m.ctx, batch, m.cache, m.logits_rows, m.logits.data(), nullptr);
+  if (!forward.ok()) {
+    // The batch's requests fail; the engine and every other request carry on.
+    for (const ScheduledChunk& c : plan.chunks) {
+      RequestOutput out = make_output(*c.request);
+      out.finished = true;
+      out.error = forward;
+      scheduler.finish(c.request->id);
+      outputs.push_back(std::move(out));
+    }
+    if (config_.check_invariants) {
+      const Status inv = check_invariants();
+      DZ_CHECK(inv.ok(), "after a failed step: {}", inv.message());
+    }
+    return outputs;
+  }
+  scheduler.advance(plan);
+
+  for (size_t row = 0; row < sampled.size(); ++row) {
+    Request& r = *sampled[row];
+    const std::span<const float> logits(m.logits.data() + row * vocab, vocab);
+    const SampleResult sample =
+        r.sampler.sample(logits, r.num_output_tokens(), r.prompt(), r.output());
+    RequestOutput out = make_output(r);
+    if (r.sampler.is_stop_token(sample.token)) {
+      // EOS and stop ids end the completion and are not part of it.
+      r.finish_reason = FinishReason::kStop;
+    } else {
+      r.tokens.push_back(sample.token);
+      ++m.generation_tokens;
+      out.new_token_ids.push_back(sample.token);
+      out.new_samples.push_back(sample);
+      if (r.return_logits) out.new_logits.emplace_back(logits.begin(), logits.end());
+      out.new_text = push_text(r, config_.token_bytes, sample.token);
+      if (r.stop_matcher.stopped())
+        r.finish_reason = FinishReason::kStop;
+      else if (r.num_output_tokens() >= r.max_tokens || r.num_tokens() >= config_.max_model_len)
+        r.finish_reason = FinishReason::kLength;
+    }
+    if (r.finish_reason != FinishReason::kNone) {
+      out.new_text += flush_text(r, config_.token_bytes);
+      if (r.stop_matcher.stopped()) r.finish_reason = FinishReason::kStop;
+      out.finished = true;
+      out.finish_reason = r.finish_reason;
+    }
+    out.num_output_tokens = r.num_output_tokens();
+    if (out.finished) scheduler.finish(r.id);
+    outputs.push_back(std::move(out));
+  }
+  if (config_.check_invariants) {
+    const Status inv = check_invariants();
+    DZ_CHECK(inv.ok(), "after step {}: {}", m.num_steps, inv.message());
+  }
+  return outputs;
+}
+
+EngineMetrics EngineCore::metrics() const {
+  const Scheduler& scheduler = *impl_->scheduler;
+  const cache::BlockPoolMetrics pool = impl_->blocks->metrics();
+  EngineMetrics m;
+  m.num_running = scheduler.num_running();
+  m.num_waiting = scheduler.num_waiting();
+  m.num_blocks = pool.num_blocks - 1;
+  m.num_used_blocks = pool.used;
+  m.num_cached_free_blocks = pool.cached;
+  m.kv_cache_usage =
+      m.num_blocks == 0 ? 0.0 : static_cast<double>(pool.used) / static_cast<double>(m.num_blocks);
+  m.prefix_query_tokens = scheduler.counters().prefix_query_tokens;
+  m.prefix_hit_tokens = scheduler.counters().prefix_hit_tokens;
+  m.prompt_tokens = scheduler.counters().prompt_tokens;
+  m.generation_tokens = impl_->generation_tokens;
+  m.num_preemptions = scheduler.counters().num_preemptions;
+  m.num_steps = impl_->num_steps;
+  for (const Request* r : scheduler.running()) {
+    m.live_tokens += r->num_computed_tokens;
+    m.allocated_slots += static_cast<int64_t>(r->block_table.size()) * config_.block_size;
+  }
+  return m;
+}
+
+Status EngineCore::check_invariants() const {
+  return impl_->scheduler->check_invariants();
+}
+
+}  // namespace dz::runtime

@@ -1,0 +1,72 @@
+#pragma once
+// The engine's state of one request (serving.md §2): its tokens (prompt then output), how many of
+// them the cache holds, its place in the queues, its cache resources (block table, live state
+// slot, registered prefix blocks, rolling checkpoint) and its sampling and text-streaming state.
+// There is no prefill or decode phase: each step lets num_computed_tokens catch up with
+// tokens.size(), and chunked prefill, prefix hits and recompute after preemption follow from that.
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dayzero/cache/prefix_hash.h"
+#include "dayzero/runtime/engine_types.h"
+#include "dayzero/runtime/sampler.h"
+#include "dayzero/runtime/stop_strings.h"
+#include "dayzero/runtime/utf8_stream.h"
+
+namespace dz::runtime {
+
+enum class RequestStatus : uint8_t { kWaiting, kRunning, kFinished };
+
+struct Request {
+  Request(int64_t request_id, GenerationRequest request, std::span<const int32_t> eos_token_ids)
+      : id(request_id),
+        tokens(std::move(request.prompt_token_ids)),
+        num_prompt_tokens(static_cast<int64_t>(tokens.size())),
+        priority(request.priority),
+        max_tokens(request.max_tokens),
+        cache_salt(std::move(request.cache_salt)),
+        return_logits(request.return_logits),
+        sampler(request.sampling, eos_token_ids, request.choice_index),
+        stop_matcher(request.sampling.stop, request.sampling.include_stop_str_in_output) {}
+
+  int64_t id = 0;
+  std::vector<int32_t> tokens;  // prompt + output
+  int64_t num_prompt_tokens = 0;
+  int64_t num_computed_tokens = 0;  // tokens whose cache records are written
+  int64_t num_cached_tokens = 0;    // prefix-cache hit at the last admission
+  int32_t priority = 0;             // lower runs first
+  uint64_t arrival_seq = 0;         // FCFS among equal priorities; kept across preemptions
+  RequestStatus status = RequestStatus::kWaiting;
+
+  std::vector<int32_t> block_table;            // covers [0, num_computed_tokens + scheduled)
+  int32_t state_slot = -1;                     // live recurrent-state slot; −1 without KDA layers
+  std::vector<cache::BlockHash> block_hashes;  // chain over the full blocks of tokens so far
+  int64_t num_registered_blocks = 0;           // table blocks already offered to the prefix index
+  std::optional<cache::BlockHash> rolling_checkpoint;  // the decode checkpoint this request saved
+
+  int64_t max_tokens = 0;
+  std::string cache_salt;
+  bool return_logits = false;
+  Sampler sampler;
+  StopMatcher stop_matcher;
+  Utf8Stream utf8;
+  int64_t num_preemptions = 0;
+  FinishReason finish_reason = FinishReason::kNone;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+  std::span<const int32_t> prompt() const {
+    return std::span<const int32_t>(tokens).first(static_cast<size_t>(num_prompt_tokens));
+  }
+  std::span<const int32_t> output() const {
+    return std::span<const int32_t>(tokens).subspan(static_cast<size_t>(num_prompt_tokens));
+  }
+  // Tokens still to run through the model (the last sampled one included).
+  int64_t num_uncomputed() const { return num_tokens() - num_computed_tokens; }
+};
+
+}  // namespace dz::runtime
