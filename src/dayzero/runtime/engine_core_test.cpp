@@ -1,0 +1,656 @@
+#include "dayzero/runtime/engine_core.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dayzero/runtime/testing/recording_lm.h"
+
+namespace dz::runtime {
+namespace {
+
+using testing::expected_tokens;
+using testing::kFakeVocab;
+using testing::RecordingLm;
+
+struct Collected {
+  std::vector<int32_t> tokens;
+  std::vector<SampleResult> samples;
+  std::vector<std::vector<float>> logits;
+  std::string text;
+  bool finished = false;
+  bool aborted = false;
+  FinishReason reason = FinishReason::kNone;
+  Status error;
+  int64_t num_cached_tokens = 0;
+  int64_t num_preemptions = 0;
+  int64_t num_outputs = 0;
+};
+
+void collect(std::map<int64_t, Collected>& results, std::vector<RequestOutput> outputs) {
+  for (RequestOutput& out : outputs) {
+    Collected& c = results[out.request_id];
+    EXPECT_FALSE(c.finished) << "request " << out.request_id << " reported after finishing";
+    c.tokens.insert(c.tokens.end(), out.new_token_ids.begin(), out.new_token_ids.end());
+    c.samples.insert(c.samples.end(), out.new_samples.begin(), out.new_samples.end());
+    for (auto& row : out.new_logits) c.logits.push_back(std::move(row));
+    c.text += out.new_text;
+    c.finished = out.finished;
+    c.aborted = out.aborted;
+    c.reason = out.finish_reason;
+    if (!out.error.ok()) c.error = out.error;
+    c.num_cached_tokens = out.num_cached_tokens;
+    c.num_preemptions = out.num_preemptions;
+    EXPECT_EQ(out.num_output_tokens, static_cast<int64_t>(c.tokens.size()));
+    ++c.num_outputs;
+  }
+}
+
+// Steps until nothing is left, checking the cache invariants after every step.
+void run_to_end(EngineCore& engine, std::map<int64_t, Collected>& results,
+                int64_t max_steps = 200000) {
+  for (int64_t i = 0; engine.has_unfinished_requests(); ++i) {
+    if (i >= max_steps) {
+      ADD_FAILURE() << "no progress after " << max_steps << " steps";
+      break;
+    }
+    collect(results, engine.step());
+    const Status inv = engine.check_invariants();
+    EXPECT_TRUE(inv.ok()) << inv.to_string();
+    if (!inv.ok()) break;
+  }
+}
+
+std::map<int64_t, Collected> run_to_end(EngineCore& engine) {
+  std::map<int64_t, Collected> results;
+  run_to_end(engine, results);
+  return results;
+}
+
+void expect_nothing_held(const EngineCore& engine) {
+  const EngineMetrics m = engine.metrics();
+  EXPECT_EQ(m.num_running, 0);
+  EXPECT_EQ(m.num_waiting, 0);
+  EXPECT_EQ(m.num_used_blocks, 0);
+  EXPECT_EQ(m.live_tokens, 0);
+  EXPECT_EQ(m.allocated_slots, 0);
+  const Status inv = engine.check_invariants();
+  EXPECT_TRUE(inv.ok()) << inv.to_string();
+}
+
+EngineConfig small_config() {
+  EngineConfig c;
+  c.max_num_seqs = 8;
+  c.max_num_batched_tokens = 32;
+  c.block_size = 8;
+  c.num_blocks = 128;
+  c.reserve_blocks = 4;
+  c.max_model_len = 512;
+  c.state_checkpoint_interval = 32;
+  c.model_identity = "recording";
+  c.check_invariants = true;
+  return c;
+}
+
+std::unique_ptr<EngineCore> make_engine(RecordingLm& model, const EngineConfig& config) {
+  Result<std::unique_ptr<EngineCore>> engine = EngineCore::create(model, ExecContext{}, config);
+  EXPECT_TRUE(engine.ok()) << engine.status().to_string();
+  return std::move(engine).value();
+}
+
+std::vector<int32_t> random_tokens(std::mt19937_64& rng, int64_t n) {
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(kFakeVocab) - 1);
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  for (auto& t : tokens) t = dist(rng);
+  return tokens;
+}
+
+GenerationRequest greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
+  GenerationRequest r;
+  r.prompt_token_ids = std::move(prompt);
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+class EngineCoreTest : public ::testing::TestWithParam<bool> {
+ protected:
+  bool hybrid() const { return GetParam(); }
+};
+
+INSTANTIATE_TEST_SUITE_P(PlainAndHybrid, EngineCoreTest, ::testing::Bool(),
+                         [](const auto& p) { return p.param ? "hybrid" : "plain"; });
+
+TEST_P(EngineCoreTest, BatchedChunkedRunsEqualTheOracle) {
+  RecordingLm model(hybrid());
+  auto engine = make_engine(model, small_config());
+  std::mt19937_64 rng(7);
+  std::map<int64_t, GenerationRequest> requests;
+  for (int64_t id = 0; id < 24; ++id) {
+    GenerationRequest r = greedy(random_tokens(rng, 1 + static_cast<int64_t>(rng() % 120)),
+                                 1 + static_cast<int64_t>(rng() % 20));
+    requests[id] = r;
+    ASSERT_TRUE(engine->add_request(id, r).ok());
+  }
+  auto results = run_to_end(*engine);
+  ASSERT_EQ(results.size(), requests.size());
+  for (const auto& [id, r] : requests) {
+    const Collected& c = results[id];
+    EXPECT_TRUE(c.finished);
+    EXPECT_TRUE(c.error.ok()) << c.error.to_string();
+    EXPECT_EQ(c.tokens, expected_tokens(r.prompt_token_ids, r.sampling, r.max_tokens, hybrid()))
+        << "request " << id;
+    EXPECT_EQ(c.reason, FinishReason::kLength);
+  }
+  // Batches really mixed requests, and no step went over the budget.
+  size_t widest = 0;
+  for (const auto& batch : model.batches) {
+    widest = std::max(widest, batch.size());
+    int64_t tokens = 0;
+    for (const auto& s : batch) tokens += s.num_tokens;
+    EXPECT_LE(tokens, 32);
+  }
+  EXPECT_GT(widest, 4u);
+  expect_nothing_held(*engine);
+}
+
+TEST_P(EngineCoreTest, SampledTokensDependOnlyOnTheSeedNotOnTheBatch) {
+  std::mt19937_64 rng(11);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 10; ++i) {
+    GenerationRequest r = greedy(random_tokens(rng, 3 + static_cast<int64_t>(rng() % 40)), 12);
+    r.sampling.temperature = 0.9f;
+    r.sampling.top_p = 0.9f;
+    r.sampling.repetition_penalty = 1.2f;
+    r.sampling.seed = 1000 + static_cast<uint64_t>(i % 3);
+    r.choice_index = static_cast<uint32_t>(i % 2);
+    requests.push_back(r);
+  }
+  RecordingLm together_model(hybrid());
+  auto together = make_engine(together_model, small_config());
+  for (size_t i = 0; i < requests.size(); ++i)
+    ASSERT_TRUE(together->add_request(static_cast<int64_t>(i), requests[i]).ok());
+  auto batched = run_to_end(*together);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    RecordingLm alone_model(hybrid());
+    EngineConfig config = small_config();
+    config.max_num_batched_tokens = 5;  // other chunking too
+    auto alone = make_engine(alone_model, config);
+    ASSERT_TRUE(alone->add_request(42, requests[i]).ok());
+    auto single = run_to_end(*alone);
+    EXPECT_EQ(single[42].tokens, batched[static_cast<int64_t>(i)].tokens) << "request " << i;
+    EXPECT_EQ(single[42].tokens, expected_tokens(requests[i].prompt_token_ids, requests[i].sampling,
+                                                 12, hybrid(), {}, requests[i].choice_index));
+  }
+}
+
+TEST_P(EngineCoreTest, SharedSystemPromptHitsThePrefixCache) {
+  RecordingLm model(hybrid());
+  EngineConfig config = small_config();
+  config.state_checkpoint_interval = 16;
+  auto engine = make_engine(model, config);
+  std::mt19937_64 rng(3);
+  const std::vector<int32_t> system = random_tokens(rng, 40);
+  std::vector<int32_t> first = system, second = system;
+  for (int32_t t : random_tokens(rng, 9)) first.push_back(t);
+  for (int32_t t : random_tokens(rng, 5)) second.push_back(t);
+  ASSERT_TRUE(engine->add_request(1, greedy(first, 6)).ok());
+  auto a = run_to_end(*engine);
+  const int64_t tokens_before = model.total_tokens;
+  ASSERT_TRUE(engine->add_request(2, greedy(second, 6)).ok());
+  auto b = run_to_end(*engine);
+  EXPECT_EQ(a[1].num_cached_tokens, 0);
+  // Plain: the 5 full blocks of the system prompt. Hybrid: the deepest checkpoint within them
+  // (interval 16 → 32; the first prompt's last boundary, 48, lies past the shared part).
+  const int64_t want_hit = hybrid() ? 32 : 40;
+  EXPECT_EQ(b[2].num_cached_tokens, want_hit);
+  EXPECT_EQ(model.total_tokens - tokens_before, static_cast<int64_t>(second.size()) - want_hit + 5);
+  EXPECT_EQ(b[2].tokens, expected_tokens(second, {}, 6, hybrid()));
+  EXPECT_EQ(a[1].tokens, expected_tokens(first, {}, 6, hybrid()));
+  const EngineMetrics m = engine->metrics();
+  EXPECT_EQ(m.prefix_hit_tokens, want_hit);
+  EXPECT_EQ(m.prefix_query_tokens, static_cast<int64_t>(first.size() + second.size()));
+  expect_nothing_held(*engine);
+}
+
+TEST_P(EngineCoreTest, RepeatedIdenticalPromptHitsAllButTheLastToken) {
+  RecordingLm model(hybrid());
+  EngineConfig config = small_config();
+  auto engine = make_engine(model, config);
+  std::mt19937_64 rng(5);
+  const std::vector<int32_t> prompt = random_tokens(rng, 43);  // last boundary 40
+  for (int64_t id = 0; id < 3; ++id) {
+    ASSERT_TRUE(engine->add_request(id, greedy(prompt, 4)).ok());
+    auto r = run_to_end(*engine);
+    EXPECT_EQ(r[id].tokens, expected_tokens(prompt, {}, 4, hybrid()));
+    EXPECT_EQ(r[id].num_cached_tokens, id == 0 ? 0 : 40) << "run " << id;
+  }
+  // A prompt of whole blocks keeps its last token to compute: at most 4 of its 5 blocks hit.
+  const std::vector<int32_t> whole(prompt.begin(), prompt.begin() + 40);
+  ASSERT_TRUE(engine->add_request(10, greedy(whole, 3)).ok());
+  auto first = run_to_end(*engine);
+  ASSERT_TRUE(engine->add_request(11, greedy(whole, 3)).ok());
+  auto second = run_to_end(*engine);
+  // Hybrid: 32 is a checkpoint (interval); plain: 4 blocks.
+  EXPECT_EQ(second[11].num_cached_tokens, 32);
+  EXPECT_EQ(second[11].tokens, expected_tokens(whole, {}, 3, hybrid()));
+  expect_nothing_held(*engine);
+}
+
+TEST(EngineCoreHybrid, HitIsCappedAtTheDeepestCheckpointAndChunksEndAtCheckpoints) {
+  RecordingLm model(true);
+  EngineConfig config = small_config();
+  config.state_checkpoint_interval = 16;
+  config.max_num_batched_tokens = 64;
+  config.long_prefill_threshold = 64;
+  auto engine = make_engine(model, config);
+  std::mt19937_64 rng(9);
+  const std::vector<int32_t> prompt = random_tokens(rng, 45);
+  ASSERT_TRUE(engine->add_request(1, greedy(prompt, 2)).ok());
+  run_to_end(*engine);
+  // The prompt ran in chunks ending at 16, 32 and 40 (interval multiples, last block boundary).
+  std::vector<int64_t> ends;
+  for (const auto& batch : model.batches)
+    for (const auto& s : batch) ends.push_back(s.pos_begin + s.num_tokens);
+  EXPECT_EQ(ends, (std::vector<int64_t>{16, 32, 40, 45, 46}));
+  // Sharing 28 tokens: KV blocks up to 24 match, the deepest checkpoint within them is 16.
+  int64_t id = 100;
+  for (auto [shared, want] : {std::pair<int64_t, int64_t>{28, 16}, {15, 0}, {44, 40}}) {
+    std::vector<int32_t> other(prompt.begin(), prompt.begin() + shared);
+    for (int32_t t : random_tokens(rng, 7)) other.push_back(t);
+    ++id;
+    ASSERT_TRUE(engine->add_request(id, greedy(other, 3)).ok());
+    auto r = run_to_end(*engine);
+    EXPECT_EQ(r[id].num_cached_tokens, want) << "shared " << shared;
+    EXPECT_EQ(r[id].tokens, expected_tokens(other, {}, 3, true)) << "shared " << shared;
+  }
+  expect_nothing_held(*engine);
+}
+
+TEST(EngineCoreHybrid, DecodeRollingCheckpointServesTheNextTurn) {
+  RecordingLm model(true);
+  EngineConfig config = small_config();
+  config.state_checkpoint_interval = 64;
+  auto engine = make_engine(model, config);
+  std::mt19937_64 rng(13);
+  const std::vector<int32_t> prompt = random_tokens(rng, 12);
+  ASSERT_TRUE(engine->add_request(1, greedy(prompt, 30)).ok());  // decodes across 16, 24, 32, 40
+  auto a = run_to_end(*engine);
+  std::vector<int32_t> next = prompt;
+  next.insert(next.end(), a[1].tokens.begin(), a[1].tokens.end());  // 42 tokens
+  for (int32_t t : random_tokens(rng, 4)) next.push_back(t);
+  ASSERT_TRUE(engine->add_request(2, greedy(next, 3)).ok());
+  auto b = run_to_end(*engine);
+  // Only the latest crossed boundary (40) keeps its rolling checkpoint; the prompt's 8 stays.
+  EXPECT_EQ(b[2].num_cached_tokens, 40);
+  EXPECT_EQ(b[2].tokens, expected_tokens(next, {}, 3, true));
+  expect_nothing_held(*engine);
+}
+
+TEST(EngineCoreHybrid, NoCheckpointSlotsMeansNoHits) {
+  RecordingLm model(true);
+  EngineConfig config = small_config();
+  config.max_state_checkpoints = 0;
+  auto engine = make_engine(model, config);
+  std::mt19937_64 rng(17);
+  const std::vector<int32_t> prompt = random_tokens(rng, 30);
+  for (int64_t id = 0; id < 2; ++id) {
+    ASSERT_TRUE(engine->add_request(id, greedy(prompt, 3)).ok());
+    auto r = run_to_end(*engine);
+    EXPECT_EQ(r[id].num_cached_tokens, 0);
+    EXPECT_EQ(r[id].tokens, expected_tokens(prompt, {}, 3, true));
+  }
+}
+
+TEST_P(EngineCoreTest, PreemptedRequestsResumeWithTheSameTokens) {
+  RecordingLm model(hybrid());
+  EngineConfig config = small_config();
+  config.block_size = 4;
+  config.num_blocks = 1 + 24;
+  config.reserve_blocks = 2;
+  config.max_num_batched_tokens = 24;
+  config.state_checkpoint_interval = 8;
+  auto engine = make_engine(model, config);
+  std::mt19937_64 rng(21);
+  std::map<int64_t, GenerationRequest> requests;
+  for (int64_t id = 0; id < 6; ++id) {
+    GenerationRequest r = greedy(random_tokens(rng, 10 + id), 30);
+    r.sampling.temperature = id % 2 == 0 ? 0.0f : 1.0f;
+    r.sampling.seed = static_cast<uint64_t>(id);
+    requests[id] = r;
+    ASSERT_TRUE(engine->add_request(id, r).ok());
+  }
+  auto results = run_to_end(*engine);
+  int64_t preemptions = 0;
+  for (const auto& [id, r] : requests) {
+    EXPECT_EQ(results[id].tokens,
+              expected_tokens(r.prompt_token_ids, r.sampling, r.max_tokens, hybrid()))
+        << "request " << id;
+    preemptions += results[id].num_preemptions;
+  }
+  EXPECT_GT(preemptions, 0);
+  EXPECT_EQ(engine->metrics().num_preemptions, preemptions);
+  expect_nothing_held(*engine);
+}
+
+TEST_P(EngineCoreTest, TwoHundredRandomRequestsOnATinyCacheAllFinishWithoutLeaks) {
+  RecordingLm model(hybrid());
+  EngineConfig config = small_config();
+  config.block_size = 4;
+  config.num_blocks = 1 + 40;
+  config.reserve_blocks = 3;
+  config.max_num_seqs = 12;
+  config.max_num_batched_tokens = 20;
+  config.state_checkpoint_interval = 8;
+  config.max_state_checkpoints = 6;
+  config.max_model_len = 120;
+  auto engine = make_engine(model, config);
+  std::mt19937_64 rng(hybrid() ? 23 : 29);
+  const std::vector<int32_t> shared = random_tokens(rng, 24);
+  std::map<int64_t, GenerationRequest> requests;
+  int64_t next_id = 0;
+  std::map<int64_t, Collected> results;
+  auto submit = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      const int64_t len = 1 + static_cast<int64_t>(rng() % 60);
+      std::vector<int32_t> prompt;
+      if (rng() % 3 == 0)
+        prompt.assign(shared.begin(), shared.begin() + std::min<int64_t>(len, 24));
+      for (int32_t t : random_tokens(rng, len - static_cast<int64_t>(prompt.size())))
+        prompt.push_back(t);
+      GenerationRequest r = greedy(prompt, 1 + static_cast<int64_t>(rng() % 40));
+      r.priority = static_cast<int32_t>(rng() % 3);
+      if (rng() % 2 == 0) {
+        r.sampling.temperature = 0.8f;
+        r.sampling.seed = rng();
+      }
+      requests[next_id] = r;
+      ASSERT_TRUE(engine->add_request(next_id, r).ok());
+      ++next_id;
+    }
+  };
+  submit(60);
+  for (int64_t step = 0; engine->has_unfinished_requests() && step < 100000; ++step) {
+    collect(results, engine->step());
+    ASSERT_TRUE(engine->check_invariants().ok());
+    if (step % 7 == 0 && next_id < 200) submit(std::min<int>(10, 200 - static_cast<int>(next_id)));
+  }
+  ASSERT_EQ(results.size(), 200u);
+  int64_t preemptions = 0;
+  for (const auto& [id, r] : requests) {
+    ASSERT_TRUE(results[id].finished) << id;
+    EXPECT_EQ(results[id].tokens,
+              expected_tokens(r.prompt_token_ids, r.sampling, r.max_tokens, hybrid()))
+        << "request " << id;
+    preemptions += results[id].num_preemptions;
+  }
+  EXPECT_GT(preemptions, 0);
+  EXPECT_GT(engine->metrics().prefix_hit_tokens, 0);
+  expect_nothing_held(*engine);
+}
+
+TEST_P(EngineCoreTest, AbortFreesWaitingAndRunningRequests) {
+  RecordingLm model(hybrid());
+  EngineConfig config = small_config();
+  config.max_num_seqs = 1;
+  auto engine = make_engine(model, config);
+  std::mt19937_64 rng(31);
+  ASSERT_TRUE(engine->add_request(1, greedy(random_tokens(rng, 20), 50)).ok());
+  ASSERT_TRUE(engine->add_request(2, greedy(random_tokens(rng, 20), 50)).ok());
+  std::map<int64_t, Collected> results;
+  collect(results, engine->step());
+  collect(results, engine->step());
+  EXPECT_EQ(engine->metrics().num_running, 1);
+  EXPECT_GT(engine->metrics().num_used_blocks, 0);
+  EXPECT_TRUE(engine->abort_request(1));  // running
+  EXPECT_TRUE(engine->abort_request(2));  // waiting
+  EXPECT_FALSE(engine->abort_request(2));
+  EXPECT_FALSE(engine->abort_request(77));
+  EXPECT_EQ(engine->metrics().num_used_blocks, 0);
+  EXPECT_TRUE(engine->has_unfinished_requests());  // the aborted outputs are still to come
+  collect(results, engine->step());
+  EXPECT_TRUE(results[1].aborted && results[1].finished);
+  EXPECT_TRUE(results[2].aborted && results[2].finished);
+  EXPECT_EQ(results[1].reason, FinishReason::kNone);
+  EXPECT_FALSE(engine->has_unfinished_requests());
+  expect_nothing_held(*engine);
+}
+
+TEST_P(EngineCoreTest, PriorityRequestRunsFirstAndLowPriorityIsPreempted) {
+  RecordingLm model(hybrid());
+  EngineConfig config = small_config();
+  config.max_num_seqs = 1;
+  auto engine = make_engine(model, config);
+  std::mt19937_64 rng(37);
+  GenerationRequest low = greedy(random_tokens(rng, 5), 3);
+  low.priority = 2;
+  GenerationRequest high = greedy(random_tokens(rng, 5), 3);
+  high.priority = -1;
+  ASSERT_TRUE(engine->add_request(1, low).ok());
+  ASSERT_TRUE(engine->add_request(2, low).ok());
+  ASSERT_TRUE(engine->add_request(3, high).ok());  // late but first
+  std::vector<int64_t> finish_order;
+  while (engine->has_unfinished_requests())
+    for (const RequestOutput& out : engine->step())
+      if (out.finished) finish_order.push_back(out.request_id);
+  EXPECT_EQ(finish_order, (std::vector<int64_t>{3, 1, 2}));
+
+  // Preemption takes the lowest priority even when it is the older request.
+  RecordingLm model2(hybrid());
+  EngineConfig tight = small_config();
+  tight.block_size = 4;
+  tight.num_blocks = 1 + 8;
+  tight.reserve_blocks = 0;
+  tight.state_checkpoint_interval = 8;
+  auto engine2 = make_engine(model2, tight);
+  GenerationRequest old_low = greedy(random_tokens(rng, 4), 24);
+  old_low.priority = 5;
+  ASSERT_TRUE(engine2->add_request(1, old_low).ok());
+  std::map<int64_t, Collected> results;
+  collect(results, engine2->step());
+  collect(results, engine2->step());
+  GenerationRequest new_high = greedy(random_tokens(rng, 8), 20);
+  new_high.priority = 0;
+  ASSERT_TRUE(engine2->add_request(2, new_high).ok());
+  run_to_end(*engine2, results);
+  EXPECT_GT(results[1].num_preemptions, 0);
+  EXPECT_EQ(results[2].num_preemptions, 0);
+  EXPECT_EQ(results[1].tokens, expected_tokens(old_low.prompt_token_ids, {}, 24, hybrid()));
+  EXPECT_EQ(results[2].tokens, expected_tokens(new_high.prompt_token_ids, {}, 20, hybrid()));
+}
+
+TEST(EngineCore, ShortPromptsPassALongPrefill) {
+  RecordingLm model(false);
+  EngineConfig config = small_config();
+  config.max_num_batched_tokens = 16;  // threshold 8
+  auto engine = make_engine(model, config);
+  std::mt19937_64 rng(41);
+  ASSERT_TRUE(engine->add_request(1, greedy(random_tokens(rng, 40), 2)).ok());
+  ASSERT_TRUE(engine->add_request(2, greedy(random_tokens(rng, 40), 2)).ok());
+  ASSERT_TRUE(engine->add_request(3, greedy(random_tokens(rng, 4), 2)).ok());
+  std::map<int64_t, Collected> results;
+  collect(results, engine->step());
+  // Long 1 takes 8 tokens, long 2 waits (one long prefill at a time), short 3 passes it.
+  ASSERT_EQ(model.batches.size(), 1u);
+  const auto& first = model.batches[0];
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0].num_tokens, 8);
+  EXPECT_EQ(first[1].num_tokens, 4);
+  EXPECT_EQ(engine->metrics().num_running, 2);
+  EXPECT_EQ(engine->metrics().num_waiting, 1);
+  run_to_end(*engine, results);
+  EXPECT_EQ(results.size(), 3u);
+  // The short prompt finished before the second long one started.
+  EXPECT_TRUE(results[3].finished);
+}
+
+TEST(EngineCore, QueueLimitAndDuplicateIds) {
+  RecordingLm model(false);
+  EngineConfig config = small_config();
+  config.max_queued_requests = 2;
+  auto engine = make_engine(model, config);
+  ASSERT_TRUE(engine->add_request(1, greedy({1, 2}, 2)).ok());
+  const Status dup = engine->add_request(1, greedy({1, 2}, 2));
+  EXPECT_EQ(dup.code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(dup.message(), "request id 1 is already in use");
+  ASSERT_TRUE(engine->add_request(2, greedy({1, 2}, 2)).ok());
+  const Status full = engine->add_request(3, greedy({1, 2}, 2));
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(full.message(), "the queue is full: 2 requests waiting (max_queued_requests)");
+  std::map<int64_t, Collected> results;
+  collect(results, engine->step());  // both admitted: the queue has room again
+  EXPECT_TRUE(engine->add_request(3, greedy({1, 2}, 2)).ok());
+  run_to_end(*engine, results);
+  EXPECT_EQ(results.size(), 3u);
+}
+
+TEST(EngineCore, ValidationErrorsNameTheField) {
+  RecordingLm model(false);
+  EngineConfig config = small_config();
+  config.max_model_len = 64;
+  config.num_blocks = 1 + 6;
+  config.reserve_blocks = 2;
+  auto engine = make_engine(model, config);
+  auto message = [&](GenerationRequest r) {
+    const Status s = engine->add_request(9, std::move(r));
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    return s.message();
+  };
+  EXPECT_EQ(message(greedy({}, 2)), "prompt_token_ids: the prompt is empty");
+  EXPECT_EQ(message(greedy({1, 48}, 2)),
+            "prompt_token_ids[1]: token 48 is outside the vocabulary [0, 48)");
+  EXPECT_EQ(message(greedy({1}, 0)), "max_tokens: 0 (want >= 1)");
+  EXPECT_EQ(message(greedy(std::vector<int32_t>(60, 1), 5)),
+            "max_tokens: a prompt of 60 tokens + max_tokens 5 exceeds max_model_len 64");
+  GenerationRequest stop = greedy({1}, 2);
+  stop.sampling.stop = {"x"};
+  EXPECT_EQ(message(stop), "stop: stop strings need the engine's token_bytes (no tokenizer given)");
+  GenerationRequest bad = greedy({1}, 2);
+  bad.sampling.temperature = -1.0f;
+  EXPECT_NE(message(bad).find("temperature"), std::string::npos);
+  EXPECT_EQ(message(greedy(std::vector<int32_t>(20, 1), 30)),
+            "max_tokens: 20 prompt + 30 new tokens need 7 KV blocks of 8 (3 for the prompt); the "
+            "cache has 6, 2 of them reserved");
+  EXPECT_FALSE(engine->has_unfinished_requests());
+
+  EngineConfig wrong = small_config();
+  wrong.state_checkpoint_interval = 12;
+  Result<std::unique_ptr<EngineCore>> refused = EngineCore::create(model, ExecContext{}, wrong);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(),
+            "engine config: state_checkpoint_interval = 12 (want a positive multiple of "
+            "block_size 8)");
+  wrong = small_config();
+  wrong.max_num_seqs = 0;
+  refused = EngineCore::create(model, ExecContext{}, wrong);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(), "engine config: max_num_seqs = 0 (want >= 1)");
+}
+
+TEST(EngineCore, StopStringsEosAndLengthFinishes) {
+  RecordingLm model(false);
+  EngineConfig config = small_config();
+  config.token_bytes = [](int32_t t) -> std::optional<std::string> {
+    return std::string(1, static_cast<char>('a' + t % 26)) + (t >= 26 ? "." : "");
+  };
+  std::mt19937_64 rng(43);
+  const std::vector<int32_t> prompt = random_tokens(rng, 9);
+  const std::vector<int32_t> free_run = expected_tokens(prompt, {}, 12, false);
+  std::string full_text;
+  for (int32_t t : free_run) full_text += *config.token_bytes(t);
+
+  // EOS = the fourth token (if it did not appear before): three tokens, finish "stop".
+  size_t eos_at = 3;
+  while (std::find(free_run.begin(), free_run.begin() + static_cast<int64_t>(eos_at),
+                   free_run[eos_at]) != free_run.begin() + static_cast<int64_t>(eos_at))
+    ++eos_at;
+  ASSERT_LT(eos_at, free_run.size());
+  config.eos_token_ids = {free_run[eos_at]};
+  auto engine = make_engine(model, config);
+  ASSERT_TRUE(engine->add_request(1, greedy(prompt, 12)).ok());
+  GenerationRequest ignoring = greedy(prompt, 12);
+  ignoring.sampling.ignore_eos = true;
+  ASSERT_TRUE(engine->add_request(2, ignoring).ok());
+  GenerationRequest stopping = greedy(prompt, 12);
+  stopping.sampling.ignore_eos = true;
+  const std::string stop = full_text.substr(5, 2);
+  stopping.sampling.stop = {stop};
+  ASSERT_TRUE(engine->add_request(3, stopping).ok());
+  auto r = run_to_end(*engine);
+  EXPECT_EQ(r[1].tokens, std::vector<int32_t>(free_run.begin(),
+                                              free_run.begin() + static_cast<int64_t>(eos_at)));
+  EXPECT_EQ(r[1].reason, FinishReason::kStop);
+  EXPECT_EQ(r[2].tokens, free_run);
+  EXPECT_EQ(r[2].reason, FinishReason::kLength);
+  EXPECT_EQ(r[2].text, full_text);
+  EXPECT_EQ(r[3].reason, FinishReason::kStop);
+  EXPECT_EQ(r[3].text, full_text.substr(0, full_text.find(stop)));
+  EXPECT_LT(r[3].tokens.size(), free_run.size());
+}
+
+TEST(EngineCore, LogprobsAndLogitsWhenAsked) {
+  RecordingLm model(false);
+  auto engine = make_engine(model, small_config());
+  GenerationRequest r = greedy({3, 4, 5}, 4);
+  r.sampling.logprobs = true;
+  r.sampling.top_logprobs = 3;
+  r.return_logits = true;
+  ASSERT_TRUE(engine->add_request(1, r).ok());
+  ASSERT_TRUE(engine->add_request(2, greedy({3, 4, 5}, 4)).ok());
+  auto results = run_to_end(*engine);
+  const Collected& c = results[1];
+  ASSERT_EQ(c.samples.size(), 4u);
+  ASSERT_EQ(c.logits.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(c.samples[i].token, c.tokens[i]);
+    EXPECT_LE(c.samples[i].logprob, 0.0f);
+    ASSERT_EQ(c.samples[i].top_logprobs.size(), 3u);
+    EXPECT_EQ(c.samples[i].top_logprobs[0].token, c.tokens[i]);  // greedy
+    ASSERT_EQ(c.logits[i].size(), static_cast<size_t>(kFakeVocab));
+    EXPECT_EQ(std::max_element(c.logits[i].begin(), c.logits[i].end()) - c.logits[i].begin(),
+              c.tokens[i]);
+  }
+  EXPECT_TRUE(results[2].logits.empty());
+  EXPECT_TRUE(results[2].samples[0].top_logprobs.empty());
+}
+
+TEST_P(EngineCoreTest, AForwardErrorFailsItsBatchOnly) {
+  RecordingLm model(hybrid());
+  auto engine = make_engine(model, small_config());
+  ASSERT_TRUE(engine->add_request(1, greedy({1, 2, 3}, 5)).ok());
+  ASSERT_TRUE(engine->add_request(2, greedy({4, 5, 6}, 5)).ok());
+  model.fail_next = true;
+  std::map<int64_t, Collected> results;
+  collect(results, engine->step());
+  EXPECT_TRUE(results[1].finished);
+  EXPECT_EQ(results[1].error.message(), "recording model: injected failure");
+  EXPECT_EQ(results[2].error.code(), StatusCode::kInternal);
+  EXPECT_FALSE(engine->has_unfinished_requests());
+  expect_nothing_held(*engine);
+  ASSERT_TRUE(engine->add_request(3, greedy({1, 2, 3}, 5)).ok());
+  auto after = run_to_end(*engine);
+  EXPECT_EQ(after[3].tokens, expected_tokens(std::vector<int32_t>{1, 2, 3}, {}, 5, hybrid()));
+}
+
+TEST(EngineCore, MetricsCountLiveTokensAndAllocatedSlots) {
+  RecordingLm model(false);
+  auto engine = make_engine(model, small_config());
+  ASSERT_TRUE(engine->add_request(1, greedy(std::vector<int32_t>(10, 1), 5)).ok());
+  ASSERT_TRUE(engine->add_request(2, greedy(std::vector<int32_t>(3, 2), 5)).ok());
+  engine->step();
+  const EngineMetrics m = engine->metrics();
+  EXPECT_EQ(m.num_running, 2);
+  EXPECT_EQ(m.live_tokens, 13);
+  EXPECT_EQ(m.allocated_slots, 3 * 8);
+  EXPECT_EQ(m.num_used_blocks, 3);
+  EXPECT_EQ(m.prompt_tokens, 13);
+  EXPECT_EQ(m.generation_tokens, 2);
+  EXPECT_EQ(m.num_blocks, 127);
+  EXPECT_EQ(m.num_steps, 1);
+}
+
+}  // namespace
+}  // namespace dz::runtime
