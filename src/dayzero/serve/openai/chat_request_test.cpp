@@ -254,6 +254,7 @@ TEST(ChatRequest, BadJsonNamesTheBytePosition) {
   EXPECT_NE(error.message.find("not valid JSON (at byte 29)"), std::string::npos) << error.message;
   const ApiError utf8 = parse_error("{\"model\": \"\xff\"}");
   EXPECT_NE(utf8.message.find("not valid JSON"), std::string::npos) << utf8.message;
+  EXPECT_NO_THROW((void)utf8.to_json().dump());  // the quoted bad byte is replaced
   EXPECT_NE(parse_error("").message.find("not valid JSON"), std::string::npos);
 }
 

@@ -129,6 +129,31 @@ TEST(ChatResponse, StreamWithIncludeUsage) {
                           "prompt_tokens_details": {"cached_tokens": 0}}})"));
 }
 
+TEST(ChatResponse, WholeStreamWithUsageAsSseText) {
+  const ResponseContext context = test_context({.include_usage = true});
+  std::string stream = sse_event(chat_role_chunk(context, 0));
+  stream += sse_event(chat_delta_chunk(context, 0, {.content = "Hi"}));
+  stream += sse_event(chat_finish_chunk(context, 0, "stop"));
+  stream += sse_event(chat_usage_chunk(context, {.prompt_tokens = 3, .completion_tokens = 1}));
+  stream += sse_done();
+  // nlohmann::json keeps object keys sorted.
+  const std::string frame =
+      R"("created":1700000000,"id":"chatcmpl-abc","model":"tiny","object":"chat.completion.chunk")";
+  EXPECT_EQ(stream,
+            R"(data: {"choices":[{"delta":{"content":"","role":"assistant"},"finish_reason":null,)"
+            R"("index":0,"logprobs":null}],)" +
+                frame + R"(,"usage":null})" + "\n\n" +
+                R"(data: {"choices":[{"delta":{"content":"Hi"},"finish_reason":null,"index":0,)"
+                R"("logprobs":null}],)" +
+                frame + R"(,"usage":null})" + "\n\n" +
+                R"(data: {"choices":[{"delta":{},"finish_reason":"stop","index":0,)"
+                R"("logprobs":null}],)" +
+                frame + R"(,"usage":null})" + "\n\n" + R"(data: {"choices":[],)" + frame +
+                R"(,"usage":{"completion_tokens":1,"prompt_tokens":3,)"
+                R"("prompt_tokens_details":{"cached_tokens":0},"total_tokens":4}})" +
+                "\n\ndata: [DONE]\n\n");
+}
+
 TEST(ChatResponse, ContinuousUsageStatsOnEveryChunk) {
   const ResponseContext context =
       test_context({.include_usage = true, .continuous_usage_stats = true});

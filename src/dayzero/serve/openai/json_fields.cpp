@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "dayzero/runtime/utf8_stream.h"
+
 namespace dz::serve::openai {
 namespace {
 
@@ -71,11 +73,14 @@ std::variant<nlohmann::json, ApiError> parse_json_object(std::string_view body, 
     return ApiError::invalid_json(
         fmt::format("The request body nests JSON deeper than {} levels.", max_depth));
   } catch (const nlohmann::json::parse_error& e) {
-    return ApiError::invalid_json(
-        fmt::format("The request body is not valid JSON (at byte {}): {}", e.byte, e.what()));
+    // The parser quotes the bytes it last read, which may be invalid UTF-8: the message must
+    // still serialise.
+    return ApiError::invalid_json(fmt::format("The request body is not valid JSON (at byte {}): {}",
+                                              e.byte, runtime::replace_invalid_utf8(e.what())));
   } catch (const nlohmann::json::exception& e) {
     // e.g. out_of_range 406 for a number too large for a double.
-    return ApiError::invalid_json(fmt::format("The request body is not valid JSON: {}", e.what()));
+    return ApiError::invalid_json(fmt::format("The request body is not valid JSON: {}",
+                                              runtime::replace_invalid_utf8(e.what())));
   }
   if (!value.is_object())
     return ApiError::invalid_json(

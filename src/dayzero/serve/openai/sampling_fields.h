@@ -30,6 +30,7 @@ struct ParseLimits {
   int64_t vocab_size = 0;  // > 0: token ids (logit_bias, stop_token_ids, prompts) are checked
 };
 
+// Read whatever `stream` says; only a streaming response uses them.
 struct StreamOptions {
   bool include_usage = false;           // "usage": null on each chunk, then one usage chunk
   bool continuous_usage_stats = false;  // vLLM: the running usage on every chunk (with the above)
