@@ -652,5 +652,36 @@ TEST(EngineCore, MetricsCountLiveTokensAndAllocatedSlots) {
   EXPECT_EQ(m.num_steps, 1);
 }
 
+TEST(EngineCore, CacheSaltIsolatesTenants) {
+  RecordingLm model(false);
+  auto engine = make_engine(model, small_config());
+  std::mt19937_64 rng(47);
+  const std::vector<int32_t> prompt = random_tokens(rng, 33);
+  int64_t id = 0;
+  for (const char* salt : {"a", "b", "a", ""}) {
+    GenerationRequest r = greedy(prompt, 2);
+    r.cache_salt = salt;
+    ASSERT_TRUE(engine->add_request(++id, r).ok());
+    auto out = run_to_end(*engine);
+    EXPECT_EQ(out[id].num_cached_tokens, std::string(salt) == "a" && id == 3 ? 32 : 0)
+        << "salt " << salt;
+    EXPECT_EQ(out[id].tokens, expected_tokens(prompt, {}, 2, false));
+  }
+}
+
+TEST(EngineCore, BlocksFromTheCacheBudget) {
+  RecordingLm model(false);
+  EngineConfig config = small_config();
+  config.num_blocks = 0;
+  config.kv_cache_bytes = 4 * 8 * 50 + 7;  // 4 bytes per token, blocks of 8
+  config.reserve_blocks = -1;
+  config.max_num_seqs = 100;
+  auto engine = make_engine(model, config);
+  EXPECT_EQ(engine->metrics().num_blocks, 49);
+  // The default reserve (max_num_seqs, at most half the pool) leaves 25 blocks for a prompt.
+  EXPECT_TRUE(engine->validate_request(greedy(std::vector<int32_t>(200, 1), 10)).ok());
+  EXPECT_FALSE(engine->validate_request(greedy(std::vector<int32_t>(201, 1), 10)).ok());
+}
+
 }  // namespace
 }  // namespace dz::runtime
