@@ -2,6 +2,8 @@
 // [--top-k K] [--min-p P] [--repetition-penalty R] [--stop S]... [--seed S]`: one completion,
 // streamed to stdout as tokens arrive (incomplete UTF-8 characters and text that may start a stop
 // string held back), ending at an eos id of the checkpoint, a stop string or after N tokens.
+// With --prompts-file FILE.jsonl instead of --prompt, every prompt of the file runs concurrently
+// through the serving engine (generate_batch.h), one JSON line per prompt.
 
 #include <algorithm>
 #include <chrono>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "dayzero/cli/commands.h"
+#include "dayzero/cli/generate_batch.h"
 #include "dayzero/cli/model_args.h"
 #include "dayzero/core/logging.h"
 #include "dayzero/runtime/generation_config.h"
@@ -34,6 +37,9 @@ struct GenerateArgs {
   float repetition_penalty = 1.0f;
   std::vector<std::string> stop;
   uint64_t seed = 0;
+  std::string prompts_file;
+  EngineArgs engine;
+  std::string dump_logits_dir;
 };
 
 void write_out(const std::string& text) {
@@ -99,13 +105,39 @@ Status run(const GenerateArgs& args) {
   return Status::ok_status();
 }
 
+Status run_batch(const GenerateArgs& args) {
+  BatchGenerateArgs batch{.model = args.model,
+                          .engine = args.engine,
+                          .prompts_file = args.prompts_file,
+                          .dump_logits_dir = args.dump_logits_dir,
+                          .defaults = {}};
+  batch.defaults.max_tokens = args.max_tokens;
+  batch.defaults.sampling = runtime::SamplingParams{.temperature = args.temperature,
+                                                    .top_p = args.top_p,
+                                                    .top_k = args.top_k,
+                                                    .min_p = args.min_p,
+                                                    .repetition_penalty = args.repetition_penalty,
+                                                    .seed = args.seed,
+                                                    .stop = args.stop};
+  DZ_RETURN_IF_ERROR(runtime::validate_sampling_params(batch.defaults.sampling));
+  return run_prompts_file(batch);
+}
+
 }  // namespace
 
 RunCommand add_generate_command(CLI::App& app) {
   auto* command = app.add_subcommand("generate", "Complete a prompt, streamed to stdout");
   auto args = std::make_shared<GenerateArgs>();
   add_model_options(*command, args->model);
-  command->add_option("--prompt", args->prompt, "text to complete (no chat template)")->required();
+  auto* prompt =
+      command->add_option("--prompt", args->prompt, "text to complete (no chat template)");
+  auto* prompts_file =
+      command->add_option("--prompts-file", args->prompts_file,
+                          "JSONL, one {\"prompt\": ...} or {\"prompt_token_ids\": [...]} per "
+                          "line with optional per-line sampling fields: all run concurrently "
+                          "through the engine, one JSON line out per prompt");
+  prompt->excludes(prompts_file);
+  prompts_file->excludes(prompt);
   command->add_option("--max-tokens", args->max_tokens, "most tokens to generate")
       ->check(integer_at_least(1))
       ->capture_default_str();
@@ -123,8 +155,16 @@ RunCommand add_generate_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--stop", args->stop, "stop string (repeatable); cut before it");
   command->add_option("--seed", args->seed, "sampler seed")->capture_default_str();
-  return [args] {
-    Status status = run(*args);
+  add_engine_options(*command, args->engine);
+  command
+      ->add_option("--dump-logits", args->dump_logits_dir,
+                   "with --prompts-file (testing): DIR/<index>.npy, float32 [generated, vocab], "
+                   "the logits of every sampled token")
+      ->needs(prompts_file);
+  return [args, prompt, prompts_file] {
+    if (prompt->count() == 0 && prompts_file->count() == 0)
+      return fail(make_error(StatusCode::kInvalidArgument, "give --prompt or --prompts-file"));
+    Status status = args->prompts_file.empty() ? run(*args) : run_batch(*args);
     return status.ok() ? 0 : fail(status);
   };
 }
