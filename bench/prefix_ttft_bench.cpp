@@ -128,10 +128,10 @@ int main(int argc, char** argv) {
       "prefix TTFT (%s clock): %s (%.2f B active params), %d threads, prompt %lld tokens of which "
       "%lld shared (%lld in full blocks of %lld); limits: BF16 GEMM %.0f GFLOP/s at %d "
       "threads\n",
-      config.c_str(), static_cast<double>(m.bytes.active_params) / 1e9, threads,
-      static_cast<long long>(prompt_len), static_cast<long long>(shared),
-      static_cast<long long>(expect_hit), static_cast<long long>(block), lim.gemm_bf16_gflops,
-      lim.num_threads);
+      g_cpu_clock ? "CPU" : "wall", config.c_str(),
+      static_cast<double>(m.bytes.active_params) / 1e9, threads, static_cast<long long>(prompt_len),
+      static_cast<long long>(shared), static_cast<long long>(expect_hit),
+      static_cast<long long>(block), lim.gemm_bf16_gflops, lim.num_threads);
   std::printf("  %-8s %-5s %10s %8s %8s %12s %10s %6s\n", "prefix", "kind", "TTFT ms", "cached",
               "steps", "GFLOP", "of peak", "load");
   int64_t id = 1;
