@@ -23,5 +23,8 @@ RunCommand add_logits_command(CLI::App& app);
 RunCommand add_generate_command(CLI::App& app);
 // `dayzero verify --model DIR [--token-ids 1,2,3] [--kv-cache-dtype fp8|bf16] [--python PATH]`.
 RunCommand add_verify_command(CLI::App& app);
+// `dayzero serve --model DIR [--host H] [--port P] [--api-key KEY]... [--max-queued-requests N]`
+// plus the engine flags: the OpenAI-compatible server (serve/server.h).
+RunCommand add_serve_command(CLI::App& app);
 
 }  // namespace dz::cli

@@ -1,0 +1,154 @@
+#include "dayzero/serve/http/server_metrics.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace dz::serve::http {
+namespace {
+
+constexpr auto kCompletionWindow = std::chrono::seconds(60);
+
+double seconds_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+}  // namespace
+
+ServerMetrics::ServerMetrics(std::string prefix, std::string model_name, int64_t max_model_len)
+    : registry_(std::move(prefix)),
+      model_name_(std::move(model_name)),
+      token_buckets_(buckets_1_2_5(static_cast<double>(std::max<int64_t>(max_model_len, 1)))),
+      start_(Clock::now()) {
+  // Create every series up front so a scrape before the first request shows them at 0.
+  update_engine({});
+  for (const char* reason : {"stop", "length", "abort"})
+    registry_.counter("request_success_total", "Count of successfully processed requests.",
+                      labels("finished_reason", reason));
+  registry_.counter("requests_cancelled_total", "Requests cancelled by a departed client.",
+                    labels());
+  registry_.counter("requests_rejected_total", "Requests refused before running, by reason.",
+                    labels("reason", "queue_full"));
+  registry_.histogram("time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                      ttft_buckets_seconds(), labels());
+  registry_.histogram("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                      inter_token_buckets_seconds(), labels());
+  registry_.histogram("e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+                      request_latency_buckets_seconds(), labels());
+  registry_.histogram("request_prompt_tokens", "Number of prefill tokens processed.",
+                      token_buckets_, labels());
+  registry_.histogram("request_generation_tokens", "Number of generation tokens processed.",
+                      token_buckets_, labels());
+}
+
+MetricLabels ServerMetrics::labels(std::string_view name, std::string_view value) const {
+  MetricLabels result = {{"model_name", model_name_}};
+  if (!name.empty()) result.emplace_back(std::string(name), std::string(value));
+  return result;
+}
+
+void ServerMetrics::update_engine(const runtime::EngineMetrics& m) {
+  const MetricLabels l = labels();
+  registry_.gauge("num_requests_running", "Number of requests in model execution batches.", l)
+      .set(static_cast<double>(m.num_running));
+  registry_.gauge("num_requests_waiting", "Number of requests waiting to be processed.", l)
+      .set(static_cast<double>(m.num_waiting));
+  registry_.gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", l)
+      .set(m.kv_cache_usage);
+  registry_.counter("prompt_tokens_total", "Number of prefill tokens processed.", l)
+      .advance_to(static_cast<double>(m.prompt_tokens));
+  registry_.counter("generation_tokens_total", "Number of generation tokens processed.", l)
+      .advance_to(static_cast<double>(m.generation_tokens));
+  registry_.counter("num_preemptions_total", "Cumulative number of preemption from the engine.", l)
+      .advance_to(static_cast<double>(m.num_preemptions));
+  registry_
+      .counter("prefix_cache_queries_total",
+               "Prefix cache queries, in terms of number of queried tokens.", l)
+      .advance_to(static_cast<double>(m.prefix_query_tokens));
+  registry_
+      .counter("prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
+               l)
+      .advance_to(static_cast<double>(m.prefix_hit_tokens));
+}
+
+void ServerMetrics::on_output(RequestTimer& timer, const runtime::RequestOutput& output,
+                              Clock::time_point now) {
+  if (output.new_token_ids.empty()) return;
+  const MetricLabels l = labels();
+  if (!timer.first_token_seen_) {
+    timer.first_token_seen_ = true;
+    registry_
+        .histogram("time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                   ttft_buckets_seconds(), l)
+        .observe(seconds_between(timer.arrival_, now));
+  } else {
+    // Several tokens in one output (a stop-string hold-back released) share the interval.
+    const double per_token =
+        seconds_between(timer.last_token_, now) / static_cast<double>(output.new_token_ids.size());
+    Histogram& itl = registry_.histogram("inter_token_latency_seconds",
+                                         "Histogram of inter-token latency in seconds.",
+                                         inter_token_buckets_seconds(), l);
+    for (size_t i = 0; i < output.new_token_ids.size(); ++i) itl.observe(per_token);
+  }
+  timer.last_token_ = now;
+}
+
+void ServerMetrics::on_finished(const RequestTimer& timer, const runtime::RequestOutput& last,
+                                std::string_view finished_reason, Clock::time_point now) {
+  const MetricLabels l = labels();
+  registry_
+      .counter("request_success_total", "Count of successfully processed requests.",
+               labels("finished_reason", finished_reason))
+      .add();
+  registry_
+      .histogram("e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+                 request_latency_buckets_seconds(), l)
+      .observe(seconds_between(timer.arrival_, now));
+  registry_
+      .histogram("request_prompt_tokens", "Number of prefill tokens processed.", token_buckets_, l)
+      .observe(static_cast<double>(last.num_prompt_tokens));
+  registry_
+      .histogram("request_generation_tokens", "Number of generation tokens processed.",
+                 token_buckets_, l)
+      .observe(static_cast<double>(last.num_output_tokens));
+  if (finished_reason != "abort") note_completion(now);
+}
+
+void ServerMetrics::on_rejected(std::string_view reason) {
+  registry_
+      .counter("requests_rejected_total", "Requests refused before running, by reason.",
+               labels("reason", reason))
+      .add();
+}
+
+void ServerMetrics::on_cancelled() {
+  registry_
+      .counter("requests_cancelled_total", "Requests cancelled by a departed client.", labels())
+      .add();
+}
+
+void ServerMetrics::note_completion(Clock::time_point now) {
+  std::lock_guard lock(completions_mutex_);
+  recent_completions_.push_back(now);
+  while (!recent_completions_.empty() && now - recent_completions_.front() > kCompletionWindow)
+    recent_completions_.pop_front();
+}
+
+int ServerMetrics::retry_after_seconds(int64_t num_waiting) {
+  const Clock::time_point now = Clock::now();
+  double window_s = std::min(seconds_between(start_, now),
+                             std::chrono::duration<double>(kCompletionWindow).count());
+  size_t num_recent = 0;
+  {
+    std::lock_guard lock(completions_mutex_);
+    while (!recent_completions_.empty() && now - recent_completions_.front() > kCompletionWindow)
+      recent_completions_.pop_front();
+    num_recent = recent_completions_.size();
+  }
+  if (num_recent == 0 || window_s <= 0) return 60;
+  const double per_second = static_cast<double>(num_recent) / window_s;
+  const double seconds =
+      std::ceil(static_cast<double>(std::max<int64_t>(num_waiting, 1)) / per_second);
+  return static_cast<int>(std::clamp(seconds, 1.0, 60.0));
+}
+
+}  // namespace dz::serve::http
