@@ -42,4 +42,9 @@ if [ -f tests/npm/package.json ] && [ ! -d tests/npm/node_modules ]; then
   echo "install-deps: npm packages for the tokenizer comparison"
   (cd tests/npm && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# The Jinja renderer the chat-template test compares against (tools/jinja-check/package.json).
+if [ -f tools/jinja-check/package.json ] && [ ! -d tools/jinja-check/node_modules/@huggingface/jinja ]; then
+  echo "install-deps: npm packages for the chat-template comparison"
+  (cd tools/jinja-check && npm ci --no-audit --no-fund --loglevel=error)
+fi
 echo "install-deps: all dependencies present"

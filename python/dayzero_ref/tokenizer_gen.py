@@ -262,6 +262,50 @@ def write_hf_tokenizer(out_dir, vocab_size: int, seed: int = 0,
         json.dump(config, f, ensure_ascii=False, indent=1)
 
 
+# The chat template of the Kimi-style tiny checkpoints: Moonshot's Kimi-K2-Instruct template, the
+# same text as tests/data/chat_templates/moonshotai-Kimi-K2.jinja (test_chat_templates checks),
+# so `dayzero serve` and `dayzero chat-template` run on them as on the real Kimi checkpoints.
+KIMI_CHAT_TEMPLATE = (
+    '{% if tools -%}\n'
+    "    {{ '<|im_system|>tool_declare<|im_middle|>' -}}\n"
+    '    {{- tools | tojson -}}\n'
+    "    {{ '<|im_end|>' -}}\n"
+    '{%- endif -%}\n'
+    '\n'
+    '{%- for message in messages -%}\n'
+    "  {%- if loop.first and messages[0]['role'] != 'system' -%}\n"
+    "    {{ '<|im_system|>system<|im_middle|>You are a helpful assistant<|im_end|>' }}\n"
+    '  {%- endif -%}\n'
+    "  {%- if message['role'] == 'system' -%}\n"
+    "    {{ '<|im_system|>system<|im_middle|>' }}\n"
+    "  {%- elif message['role'] == 'user' -%}\n"
+    "    {{ '<|im_user|>user<|im_middle|>' }}\n"
+    "  {%- elif message['role'] == 'assistant' -%}\n"
+    "    {{ '<|im_assistant|>assistant<|im_middle|>' }}\n"
+    "  {%- elif message['role'] == 'tool' -%}\n"
+    "    {{ '<|im_system|>tool<|im_middle|>' }}\n"
+    '  {%- endif -%}\n'
+    '\n'
+    "  {%- if message['content'] is string -%}\n"
+    "    {{- message['content'] + '<|im_end|>' -}}\n"
+    '  {%- else -%}\n'
+    "    {%- for content in message['content'] -%}\n"
+    "      {%- if content['type'] == 'image' or 'image' in content or 'image_url' in content -%}\n"
+    "        {{ '<|media_start|>image<|media_content|><|media_pad|><|media_end|>' }}\n"
+    '      {%- else -%}\n'
+    "        {{ content['text'] }}\n"
+    '      {%- endif -%}\n'
+    '    {%- endfor -%}\n'
+    "    {{ '<|im_end|>' }}\n"
+    '  {%- endif -%}\n'
+    '{%- endfor -%}\n'
+    '\n'
+    '{%- if add_generation_prompt -%}\n'
+    "  {{ '<|im_assistant|>assistant<|im_middle|>' }}\n"
+    '{%- endif -%}'
+)
+
+
 def kimi_special_tokens(num_ranks: int, config: dict | None = None) -> dict[str, int]:
     """Special token -> id as TikTokenTokenizer.__init__ builds it from added_tokens_decoder."""
     named = {int(k): v["content"] for k, v in (config or {}).get("added_tokens_decoder", {}).items()}
@@ -291,7 +335,7 @@ def write_tiktoken_tokenizer(out_dir, vocab_size: int, seed: int = 0) -> None:
         "auto_map": {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]},
         "bos_token": "[BOS]", "eos_token": "[EOS]", "pad_token": "[PAD]", "unk_token": "[UNK]",
         "clean_up_tokenization_spaces": False, "model_max_length": 1048576,
-        "tokenizer_class": "TikTokenTokenizer",
+        "tokenizer_class": "TikTokenTokenizer", "chat_template": KIMI_CHAT_TEMPLATE,
     }
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "tiktoken.model"), "w", encoding="ascii") as f:

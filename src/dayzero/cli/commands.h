@@ -26,5 +26,8 @@ RunCommand add_verify_command(CLI::App& app);
 // `dayzero serve --model DIR [--host H] [--port P] [--api-key KEY]... [--max-queued-requests N]`
 // plus the engine flags: the OpenAI-compatible server (serve/server.h).
 RunCommand add_serve_command(CLI::App& app);
+// `dayzero chat-template --model DIR --messages FILE.json [--add-generation-prompt]
+// [--tools FILE.json] [--kwargs JSON] [--thinking]`, or `--batch FILE.json`.
+RunCommand add_chat_template_command(CLI::App& app);
 
 }  // namespace dz::cli

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   add(dz::cli::add_generate_command);
   add(dz::cli::add_verify_command);
   add(dz::cli::add_serve_command);
+  add(dz::cli::add_chat_template_command);
 
   CLI11_PARSE(app, argc, argv);
   dz::init_logging(log_level);
