@@ -4,12 +4,15 @@
 // cache, the load average beside each figure, and a tap sink that counts the distinct routed
 // experts of a step.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <numeric>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dayzero/core/check.h"
