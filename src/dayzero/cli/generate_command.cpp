@@ -126,7 +126,10 @@ Status run_batch(const GenerateArgs& args) {
 }  // namespace
 
 RunCommand add_generate_command(CLI::App& app) {
-  auto* command = app.add_subcommand("generate", "Complete a prompt, streamed to stdout");
+  auto* command = app.add_subcommand(
+      "generate",
+      "Complete a prompt, streamed to stdout; or every prompt of a JSONL file at once through "
+      "the serving engine (the engine flags apply to --prompts-file only)");
   auto args = std::make_shared<GenerateArgs>();
   add_model_options(*command, args->model);
   auto* prompt =
