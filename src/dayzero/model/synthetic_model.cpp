@@ -7,11 +7,13 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "dayzero/formats/codecs.h"
 #include "dayzero/formats/hf_config.h"
 #include "dayzero/kernels/rope.h"
+#include "dayzero/kernels/short_conv.h"
 
 namespace dz::model {
 namespace {
@@ -444,6 +446,10 @@ Status validate_synthetic_config(const SyntheticModelConfig& c) {
     uses_mla |= m != SyntheticMixer::kKda;
     uses_dsa |= m == SyntheticMixer::kMlaDsa;
   }
+  const bool uses_kda = std::find(c.mixer_pattern.begin(), c.mixer_pattern.end(),
+                                  SyntheticMixer::kKda) != c.mixer_pattern.end();
+  if (uses_kda && (c.kda.conv_width < 1 || c.kda.conv_width > kernels::kMaxShortConvWidth))
+    return invalid("kda.conv_width: expected 1 to " + std::to_string(kernels::kMaxShortConvWidth));
   if (uses_dsa && c.mla.q_lora_rank == 0)
     return invalid("mla.q_lora_rank: mla_dsa layers need a q LoRA (the indexer reads it)");
   if (uses_mla && c.kv_cache_dtype == kernels::KvCacheDtype::kFp8 && c.mla.kv_lora_rank % 128 != 0)

@@ -140,6 +140,8 @@ TEST(SyntheticModelTest, ErrorsNameTheField) {
   EXPECT_EQ(error(kHybridJson, R"("q_lora_rank": 32)", R"("q_lora_rank": 0)"),
             "synthetic config: mla.q_lora_rank: mla_dsa layers need a q LoRA (the indexer reads "
             "it)");
+  EXPECT_EQ(error(kHybridJson, R"("conv_width": 4)", R"("conv_width": 9)"),
+            "synthetic config: kda.conv_width: expected 1 to 8");
   EXPECT_EQ(error(kHybridJson, R"("fp8", "seed")", R"("fp16", "seed")"),
             "synthetic config: field \"kv_cache_dtype\": expected \"bf16\" or \"fp8\", found "
             "\"fp16\"");
