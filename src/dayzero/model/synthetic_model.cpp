@@ -450,6 +450,10 @@ Status validate_synthetic_config(const SyntheticModelConfig& c) {
                                   SyntheticMixer::kKda) != c.mixer_pattern.end();
   if (uses_kda && (c.kda.conv_width < 1 || c.kda.conv_width > kernels::kMaxShortConvWidth))
     return invalid("kda.conv_width: expected 1 to " + std::to_string(kernels::kMaxShortConvWidth));
+  if (uses_dsa && c.dsa.index_head_dim != 128)
+    return invalid("dsa.index_head_dim: expected 128 (the indexer's FP8 key groups)");
+  if (uses_dsa && c.mla.qk_rope_head_dim > 128)
+    return invalid("mla.qk_rope_head_dim: at most index_head_dim (128) with mla_dsa layers");
   if (uses_dsa && c.mla.q_lora_rank == 0)
     return invalid("mla.q_lora_rank: mla_dsa layers need a q LoRA (the indexer reads it)");
   if (uses_mla && c.kv_cache_dtype == kernels::KvCacheDtype::kFp8 && c.mla.kv_lora_rank % 128 != 0)

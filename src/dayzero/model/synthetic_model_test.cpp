@@ -140,6 +140,8 @@ TEST(SyntheticModelTest, ErrorsNameTheField) {
   EXPECT_EQ(error(kHybridJson, R"("q_lora_rank": 32)", R"("q_lora_rank": 0)"),
             "synthetic config: mla.q_lora_rank: mla_dsa layers need a q LoRA (the indexer reads "
             "it)");
+  EXPECT_EQ(error(kHybridJson, R"("index_head_dim": 128)", R"("index_head_dim": 64)"),
+            "synthetic config: dsa.index_head_dim: expected 128 (the indexer's FP8 key groups)");
   EXPECT_EQ(error(kHybridJson, R"("conv_width": 4)", R"("conv_width": 9)"),
             "synthetic config: kda.conv_width: expected 1 to 8");
   EXPECT_EQ(error(kHybridJson, R"("fp8", "seed")", R"("fp16", "seed")"),
