@@ -191,8 +191,11 @@ Server::Server(ServerConfig config)
         ApiError error;
         if (response.status == 413) {
           state_->metrics.on_rejected("too_large");
-          const int64_t length = request.get_header_value<int64_t>("Content-Length");
-          error = ApiError::body_too_large(length, state_->config.max_request_bytes);
+          // Only the uint64_t specialisation of get_header_value<T> exists in 0.11.4 (the
+          // generic one returns nothing).
+          const uint64_t length = request.get_header_value<uint64_t>("Content-Length");
+          error = ApiError::body_too_large(static_cast<int64_t>(length),
+                                           state_->config.max_request_bytes);
         } else if (response.status == 404) {
           error =
               ApiError::not_found(fmt::format("No route for {} {}", request.method, request.path));

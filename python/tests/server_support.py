@@ -1,0 +1,133 @@
+"""Starting `dayzero serve` on a free loopback port and talking to it with bounded timeouts, for
+test_server.py. Nothing here can hang: every wait has a deadline."""
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+from cli_support import DAYZERO
+
+
+class ServerProcess:
+    """`dayzero serve --port 0 ...`; the port comes from its "listening on" log line."""
+
+    def __init__(self, model_dir, *flags, ready_timeout=60.0):
+        self.log = tempfile.NamedTemporaryFile(prefix="dz-serve-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(
+            [DAYZERO, "serve", "--model", model_dir, "--port", "0", "--threads", "1", *map(str, flags)],
+            stdout=subprocess.DEVNULL, stderr=self.log)
+        self.port = None
+        deadline = time.monotonic() + ready_timeout
+        while self.port is None:
+            match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log_text())
+            if match:
+                self.port = int(match.group(1))
+            elif self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"dayzero serve did not start:\n{self.log_text()}")
+            else:
+                time.sleep(0.05)
+        while True:
+            try:
+                if self.request("GET", "/health", timeout=2)[0] == 200:
+                    return
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"dayzero serve never became healthy:\n{self.log_text()}")
+            time.sleep(0.1)
+
+    def log_text(self):
+        with open(self.log.name, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def stop(self, timeout=10.0):
+        """SIGTERM; returns the exit code (kills after `timeout`)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                return None
+        os.unlink(self.log.name)
+        return self.proc.returncode
+
+    @property
+    def base_url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def request(self, method, path, body=None, headers=None, timeout=30):
+        """(status, headers dict lower-cased, body bytes). `body`: bytes, str or JSON-able."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            if body is not None and not isinstance(body, (bytes, str)):
+                body = json.dumps(body)
+            hdrs = {"Content-Type": "application/json"} if body is not None else {}
+            hdrs.update(headers or {})
+            conn.request(method, path, body=body, headers=hdrs)
+            resp = conn.getresponse()
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+        finally:
+            conn.close()
+
+    def post_json(self, path, body, headers=None, timeout=30):
+        status, hdrs, data = self.request("POST", path, body, headers, timeout)
+        return status, hdrs, json.loads(data)
+
+    def metrics(self):
+        """{series name with labels: value} of GET /metrics."""
+        status, _, data = self.request("GET", "/metrics", timeout=5)
+        assert status == 200
+        values = {}
+        for line in data.decode().splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                values[name] = float(value)
+        return values
+
+    def open_stream(self, path, body, headers=None, timeout=30):
+        """A raw socket with the request sent (to read part of a stream and then hang up)."""
+        sock = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+        data = json.dumps(body).encode()
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     f"{extra}Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        return sock
+
+
+def read_head(sock):
+    """The status line and headers of a response on a raw socket (b"" if it closed first)."""
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        head += chunk
+    return head
+
+
+def sse_events(raw):
+    """The data payloads of an SSE body (comments dropped), JSON-decoded except [DONE]."""
+    events = []
+    for block in raw.decode().split("\n\n"):
+        for line in block.split("\n"):
+            if line.startswith("data: "):
+                payload = line[len("data: "):]
+                events.append(payload if payload == "[DONE]" else json.loads(payload))
+    return events
+
+
+def metric(values, name, **labels):
+    """The value of series `name` whose labels include `labels` (0 when absent)."""
+    for key, value in values.items():
+        base = key.split("{", 1)[0]
+        if base == name and all(f'{k}="{v}"' in key for k, v in labels.items()):
+            return value
+    return 0.0
