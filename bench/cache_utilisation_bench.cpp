@@ -11,7 +11,7 @@
 // one (bench/configs/small_mla.json): the figure is bookkeeping, not speed.
 //
 // Usage: cache_utilisation_bench [--requests N] [--mean L] [--block B] [--max-seqs S]
-//        [--seed X] [config.json]
+//        [--num-blocks N] [--seed X] [config.json]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,7 +23,7 @@
 #include "serving_bench_util.h"
 
 int main(int argc, char** argv) {
-  int64_t num_requests = 48, mean_len = 512, block = 16, max_seqs = 16;
+  int64_t num_requests = 48, mean_len = 512, block = 16, max_seqs = 16, num_blocks = 0;
   uint32_t seed = 1;
   std::string config = "bench/configs/small_mla.json";
   for (int i = 1; i < argc; ++i) {
@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
       block = std::stoll(argv[++i]);
     } else if (arg == "--max-seqs" && has_value) {
       max_seqs = std::stoll(argv[++i]);
+    } else if (arg == "--num-blocks" && has_value) {
+      num_blocks = std::stoll(argv[++i]);
     } else if (arg == "--seed" && has_value) {
       seed = static_cast<uint32_t>(std::stoul(argv[++i]));
     } else if (arg.rfind("--", 0) == 0) {
@@ -54,7 +56,9 @@ int main(int argc, char** argv) {
   ec.block_size = block;
   ec.max_model_len = max_len + 1;
   // Room for every running request at its longest plus the reserve: utilisation, not preemption.
-  ec.num_blocks = max_seqs * ((max_len + block - 1) / block + 1) * 2 + 1;
+  // (--num-blocks smaller: a tight pool, where preemption frees and recomputes).
+  ec.num_blocks =
+      num_blocks > 0 ? num_blocks : max_seqs * ((max_len + block - 1) / block + 1) * 2 + 1;
   ec.model_identity = config;
   const dz::ExecContext ctx{.num_threads = 1};
   dz::Result<std::unique_ptr<dz::runtime::EngineCore>> engine_or =
