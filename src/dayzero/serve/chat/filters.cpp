@@ -129,17 +129,19 @@ Result<Value> apply_filter(Interpreter& in, const std::string& name, const Value
     return Value::string(v.str());
   }
   if (name == "tojson") {
+    // transformers' override: tojson(x, ensure_ascii=False, indent=None, separators=None,
+    // sort_keys=False) = json.dumps with those arguments (no HTML escaping).
     JsonDumpOptions options;
-    Value indent = arg(args, kwargs, 0, "indent");
+    options.ensure_ascii = arg(args, kwargs, 0, "ensure_ascii").truthy();
+    Value indent = arg(args, kwargs, 1, "indent");
     if (indent.is_int())
       options.indent = static_cast<int>(std::clamp<int64_t>(indent.as_int(), 0, 64));
-    Value separators = arg(args, kwargs, 99, "separators");
+    Value separators = arg(args, kwargs, 2, "separators");
     if (separators.is_array() && separators.items().size() == 2) {
       options.item_separator = separators.items()[0].str();
       options.key_separator = separators.items()[1].str();
     }
-    options.sort_keys = arg(args, kwargs, 99, "sort_keys").truthy();
-    options.ensure_ascii = arg(args, kwargs, 99, "ensure_ascii").truthy();
+    options.sort_keys = arg(args, kwargs, 3, "sort_keys").truthy();
     DZ_ASSIGN_OR_RETURN(std::string text, dump_json(v, options));
     return Value::string(std::move(text));
   }

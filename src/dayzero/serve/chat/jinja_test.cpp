@@ -192,6 +192,9 @@ TEST(Jinja, ToJsonAsTransformers) {
   EXPECT_EQ(render("{{ x|tojson(sort_keys=true, ensure_ascii=true) }}", ctx),
             R"({"a": [1, 2.5, true, null], "b": "\u00e9<\"\n"})");
   EXPECT_EQ(render("{{ {}|tojson }}{{ []|tojson }}"), "{}[]");
+  // Positional arguments follow transformers' signature: ensure_ascii, indent, separators.
+  EXPECT_EQ(render("{{ ['é']|tojson(false, 1) }}|{{ ['é']|tojson(true) }}"),
+            "[\n \"é\"\n]|[\"\\u00e9\"]");
 }
 
 TEST(Jinja, Tests) {
