@@ -1,11 +1,13 @@
 // `dayzero bench limits`: the machine's ceilings that every other benchmark reports against
-// (performance.md). Later issues add operator and end-to-end benchmarks as sibling subcommands.
+// (performance.md). Later issues add operator and end-to-end benchmarks as sibling subcommands;
+// `dayzero bench serve` (bench_serve_command.cpp) loads an OpenAI-compatible server.
 
 #include <cstdio>
 #include <memory>
 
 #include <nlohmann/json.hpp>
 
+#include "dayzero/cli/bench_serve_command.h"
 #include "dayzero/cli/commands.h"
 #include "machine_limits.h"
 
@@ -59,9 +61,12 @@ RunCommand add_bench_command(CLI::App& app) {
       ->check(CLI::Range(0.0, 60.0))
       ->capture_default_str();
   limits->add_flag("--json", *as_json, "Print the figures as JSON");
+  RunCommand run_serve = add_bench_serve_subcommand(*command);
+  auto* serve = command->get_subcommand("serve");
   return [=] {
     options->dram_bytes = *dram_mib << 20;
     if (limits->parsed()) return run_limits(*options, *as_json);
+    if (serve->parsed()) return run_serve();
     return 1;
   };
 }
