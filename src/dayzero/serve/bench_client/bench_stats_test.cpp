@@ -92,8 +92,8 @@ TEST(ComputeMetrics, VllmFormulas) {
   EXPECT_DOUBLE_EQ(m.request_throughput, 1.5);
   EXPECT_DOUBLE_EQ(m.output_throughput, 6.0);
   EXPECT_DOUBLE_EQ(m.total_token_throughput, 28.0);
-  // Goodput: request 1 meets both (TTFT 100, TPOT 100 ≤ 100.5); request 2 misses TTFT; request 3 meets
-  // both (its TPOT counts as 0).
+  // Goodput: request 1 meets both (TTFT 100, TPOT 100 ≤ 100.5); request 2 misses TTFT; request 3
+  // meets both (its TPOT counts as 0).
   EXPECT_DOUBLE_EQ(m.request_goodput, 1.0);
   EXPECT_NEAR(m.tpot.mean_ms, 100.0, 1e-9);  // (0.1 + 0.1) / 2
   EXPECT_NEAR(m.ttft.mean_ms, (100.0 + 200.0 + 50.0) / 3, 1e-9);
