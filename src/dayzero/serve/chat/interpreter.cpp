@@ -1,5 +1,6 @@
 // Statement execution and expression evaluation for the Jinja subset (jinja.h).
 
+#include <algorithm>
 #include <cmath>
 
 #include "dayzero/serve/chat/interpreter.h"
@@ -374,7 +375,7 @@ Result<Value> Interpreter::eval(const Expr& expr) {
       } else if (callee.kind == Expr::Kind::kName) {
         DZ_RETURN_IF_ERROR(eval_args(1, args, kwargs));
         const Value* fn = lookup(callee.name);
-        if (fn && fn->is_function()) {
+        if (fn) {
           result = call(*fn, args, kwargs);
         } else {
           bool found = false;
@@ -470,35 +471,58 @@ Result<Value> Interpreter::eval(const Expr& expr) {
 
 namespace {
 
-// Unknown filters and tests fail at load, with their position, not at request time.
-Status check_names(const Expr& expr) {
-  if (expr.kind == Expr::Kind::kFilter && !is_known_filter(expr.name))
-    return at(expr, make_error(StatusCode::kUnsupported, "unknown filter '{}'", expr.name));
-  if (expr.kind == Expr::Kind::kTest && !is_known_test(expr.name))
-    return at(expr, make_error(StatusCode::kUnsupported, "unknown test '{}'", expr.name));
-  for (const ExprPtr& child : expr.args)
-    if (child) DZ_RETURN_IF_ERROR(check_names(*child));
-  for (const auto& [key, child] : expr.kwargs) DZ_RETURN_IF_ERROR(check_names(*child));
-  return {};
-}
+// Unknown filters, tests and functions fail at load, with their position, not at request time.
+// A called name must be a global or a name the template binds (macro or set): the context
+// comes from JSON and holds no functions.
+struct NameCheck {
+  std::vector<std::string> bound;
 
-Status check_names(const Body& body) {
-  for (const StmtPtr& stmt : body) {
-    for (const Expr* expr : {stmt->expr.get(), stmt->filter.get()})
-      if (expr) DZ_RETURN_IF_ERROR(check_names(*expr));
-    for (const ExprPtr& cond : stmt->conditions) DZ_RETURN_IF_ERROR(check_names(*cond));
-    for (const auto& [name, dflt] : stmt->params)
-      if (dflt) DZ_RETURN_IF_ERROR(check_names(*dflt));
-    for (const Body& inner : stmt->bodies) DZ_RETURN_IF_ERROR(check_names(inner));
+  void collect(const Body& body) {
+    for (const StmtPtr& stmt : body) {
+      if (stmt->kind == Stmt::Kind::kMacro) bound.push_back(stmt->text);
+      if (stmt->kind == Stmt::Kind::kSet)
+        bound.insert(bound.end(), stmt->names.begin(), stmt->names.end());
+      for (const Body& inner : stmt->bodies) collect(inner);
+    }
   }
-  return {};
-}
+
+  Status check(const Expr& expr) const {
+    if (expr.kind == Expr::Kind::kFilter && !is_known_filter(expr.name))
+      return at(expr, make_error(StatusCode::kUnsupported, "unknown filter '{}'", expr.name));
+    if (expr.kind == Expr::Kind::kTest && !is_known_test(expr.name))
+      return at(expr, make_error(StatusCode::kUnsupported, "unknown test '{}'", expr.name));
+    if (expr.kind == Expr::Kind::kCall && expr.args[0]->kind == Expr::Kind::kName) {
+      const std::string& name = expr.args[0]->name;
+      if (!is_known_global(name) && std::find(bound.begin(), bound.end(), name) == bound.end())
+        return at(expr,
+                  make_error(StatusCode::kUnsupported, "'{}' is undefined or not callable", name));
+    }
+    for (const ExprPtr& child : expr.args)
+      if (child) DZ_RETURN_IF_ERROR(check(*child));
+    for (const auto& [key, child] : expr.kwargs) DZ_RETURN_IF_ERROR(check(*child));
+    return {};
+  }
+
+  Status check(const Body& body) const {
+    for (const StmtPtr& stmt : body) {
+      for (const Expr* expr : {stmt->expr.get(), stmt->filter.get()})
+        if (expr) DZ_RETURN_IF_ERROR(check(*expr));
+      for (const ExprPtr& cond : stmt->conditions) DZ_RETURN_IF_ERROR(check(*cond));
+      for (const auto& [name, dflt] : stmt->params)
+        if (dflt) DZ_RETURN_IF_ERROR(check(*dflt));
+      for (const Body& inner : stmt->bodies) DZ_RETURN_IF_ERROR(check(inner));
+    }
+    return {};
+  }
+};
 
 }  // namespace
 
 Result<Template> Template::parse(std::string_view source) {
   DZ_ASSIGN_OR_RETURN(Body body, parse_template(source));
-  DZ_RETURN_IF_ERROR(check_names(body));
+  NameCheck names;
+  names.collect(body);
+  DZ_RETURN_IF_ERROR(names.check(body));
   Template t;
   t.body_ = std::make_shared<const Body>(std::move(body));
   return t;

@@ -43,6 +43,7 @@ Result<Value> call_global(Interpreter& in, const std::string& name, std::vector<
 // The names apply_filter and apply_test accept, checked at parse time.
 bool is_known_filter(std::string_view name);
 bool is_known_test(std::string_view name);
+bool is_known_global(std::string_view name);
 // Python's operators (operators.cpp): + - * / // % ** on numbers, str and list; `in`;
 // x[i] (Undefined when absent, as jinja2) and x[a:b:c] on str (by code point) and list.
 Result<Value> arithmetic(const std::string& op, const Value& a, const Value& b,

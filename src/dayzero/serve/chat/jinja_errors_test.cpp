@@ -39,7 +39,10 @@ TEST(JinjaErrors, SyntaxErrorsNameLineAndColumn) {
             "template line 1 column 6: unexpected character '@'");
 }
 
-TEST(JinjaErrors, UnknownFiltersAndTestsFailAtParse) {
+TEST(JinjaErrors, UnknownFiltersTestsAndFunctionsFailAtParse) {
+  EXPECT_EQ(parse_error("{{ nothing(1) }}").message(),
+            "template line 1 column 4: 'nothing' is undefined or not callable");
+  EXPECT_TRUE(parse_error("{{ m() }}{% macro m() %}{% endmacro %}").ok());
   EXPECT_EQ(parse_error("\n{{ x | frob }}").code(), StatusCode::kUnsupported);
   EXPECT_EQ(parse_error("\n{{ x | frob }}").message(),
             "template line 2 column 6: unknown filter 'frob'");
@@ -48,8 +51,8 @@ TEST(JinjaErrors, UnknownFiltersAndTestsFailAtParse) {
 }
 
 TEST(JinjaErrors, RuntimeErrorsNameTheirPlace) {
-  EXPECT_EQ(render_error("{{ nothing(1) }}").message(),
-            "template line 1 column 4: 'nothing' is undefined or not callable");
+  EXPECT_EQ(render_error("{% set f = 1 %}{{ f(1) }}").message(),
+            "template line 1 column 19: 'int' object is not callable");
   EXPECT_EQ(render_error("{{ x.y }}").message(),
             "template line 1 column 5: cannot read attribute 'y' of an undefined value");
   EXPECT_EQ(render_error("{{ 1 // 0 }}").message(),

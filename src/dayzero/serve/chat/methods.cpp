@@ -240,6 +240,11 @@ Result<Value> call_method(Interpreter& in, const Value& self, const std::string&
   return Value();
 }
 
+bool is_known_global(std::string_view name) {
+  return name == "raise_exception" || name == "range" || name == "namespace" || name == "dict" ||
+         name == "strftime_now";
+}
+
 Result<Value> call_global(Interpreter& in, const std::string& name, std::vector<Value>& args,
                           Kwargs& kwargs, bool& found) {
   found = true;
