@@ -99,12 +99,14 @@ def make_handler(state):
                 state.in_flight += 1
                 state.max_in_flight = max(state.max_in_flight, state.in_flight)
                 state.prompt_tokens += prompt_len
-            try:
-                self.stream(body, chat, prompt_len)
-            finally:
-                with state.lock:
-                    state.in_flight -= 1
-                    state.served += 1
+            self.stream(body, chat, prompt_len)
+
+        def leave(self):
+            # Before the last bytes: once the client has them it may send its next request, and
+            # that must not overlap this one in the count.
+            with state.lock:
+                state.in_flight -= 1
+                state.served += 1
 
         def stream(self, body, chat, prompt_len):
             assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
@@ -129,6 +131,7 @@ def make_handler(state):
             self.send_event({"choices": [], "usage": {"prompt_tokens": prompt_len,
                                                       "completion_tokens": n,
                                                       "total_tokens": prompt_len + n}})
+            self.leave()
             self.send_event("[DONE]")
             self.send_chunk(b"")
 
