@@ -105,9 +105,12 @@ Result<ChatTemplate> ChatTemplate::load(const std::filesystem::path& model_dir) 
       return make_error(StatusCode::kCorrupt, "tokenizer_config.json is not a JSON object")
           .with_context(config_path.string());
   }
+  // transformers reads chat_template.jinja when the checkpoint has one, over the config's field.
   std::string source;
   auto it = config.find("chat_template");
-  if (it != config.end() && it->is_string()) {
+  if (std::filesystem::exists(model_dir / "chat_template.jinja")) {
+    DZ_ASSIGN_OR_RETURN(source, read_file(model_dir / "chat_template.jinja"));
+  } else if (it != config.end() && it->is_string()) {
     source = it->get<std::string>();
   } else if (it != config.end() && it->is_array()) {
     bool found = false;
@@ -121,8 +124,6 @@ Result<ChatTemplate> ChatTemplate::load(const std::filesystem::path& model_dir) 
     if (!found)
       return make_error(StatusCode::kNotFound, "chat_template list has no \"default\" template")
           .with_context(config_path.string());
-  } else if (std::filesystem::exists(model_dir / "chat_template.jinja")) {
-    DZ_ASSIGN_OR_RETURN(source, read_file(model_dir / "chat_template.jinja"));
   } else {
     return make_error(StatusCode::kNotFound,
                       "{} has no chat template (tokenizer_config.json chat_template or "

@@ -1,6 +1,7 @@
 #pragma once
-// A checkpoint's Hugging Face chat template: loaded from tokenizer_config.json (`chat_template`
-// as a string, or a list of {name, template} where "default" is used) or chat_template.jinja,
+// A checkpoint's Hugging Face chat template: chat_template.jinja when present (transformers
+// prefers it), else tokenizer_config.json's `chat_template` (a string, or a list of
+// {name, template} where "default" is used),
 // with its bos/eos tokens, and rendered as transformers' apply_chat_template does.
 //
 // Content parts: a message whose `content` is a list of parts is passed unchanged to templates

@@ -63,13 +63,15 @@ TEST_F(ChatTemplateTest, ListOfNamedTemplatesUsesDefault) {
   EXPECT_EQ(ChatTemplate::load(dir_).status().code(), StatusCode::kNotFound);
 }
 
-TEST_F(ChatTemplateTest, FallsBackToChatTemplateJinjaAndReportsMissing) {
+TEST_F(ChatTemplateTest, ChatTemplateJinjaWinsAndMissingIsReported) {
   EXPECT_EQ(ChatTemplate::load(dir_).status().code(), StatusCode::kNotFound);
   write("tokenizer_config.json", "{}");
   write("chat_template.jinja", "J{{ messages|length }}\n");
   EXPECT_EQ(
       *ChatTemplate::load(dir_)->render(Json::array({{{"role", "user"}, {"content", "x"}}}), false),
       "J1");
+  write("tokenizer_config.json", Json{{"chat_template", "from config"}}.dump());
+  EXPECT_EQ(*ChatTemplate::load(dir_)->render(Json::array(), false), "J0");  // the file wins
 }
 
 TEST_F(ChatTemplateTest, SyntaxErrorsFailAtLoadWithTheirPlace) {
