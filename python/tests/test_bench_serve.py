@@ -8,7 +8,7 @@
    kept by the client, and the counter deltas scraped from the mock's /metrics.
 2. The chat endpoint: a role-only delta sent at once does not count as the first token.
 3. Failures: a mock that answers 503 to some requests; they are counted by HTTP status and the
-   others still measured.
+   others still measured. A stream that stalls fails after --timeout, and the run ends.
 4. The real server: `dayzero serve` on the tiny deepseek_v32 checkpoint; 8 prompts of 16 tokens,
    8 output tokens with ignore_eos, concurrency 4; the server's token counters must move by
    exactly what the client sent and received.
@@ -33,7 +33,8 @@ SLACK_S = 0.150  # loose upper bound on scheduling noise of a loaded 2-core mach
 
 
 class MockState:
-    def __init__(self, reject_odd_first_id=False):
+    def __init__(self, reject_odd_first_id=False, stall_s=0.0):
+        self.stall_s = stall_s  # a pause after the first text chunk
         self.lock = threading.Lock()
         self.in_flight = 0
         self.max_in_flight = 0
@@ -128,6 +129,8 @@ def make_handler(state):
                 choice = ({"index": 0, "delta": {"content": text}, "finish_reason": finish}
                           if chat else {"index": 0, "text": text, "finish_reason": finish})
                 self.send_event({"choices": [choice]})
+                if i == 0 and state.stall_s:
+                    time.sleep(state.stall_s)
             self.send_event({"choices": [], "usage": {"prompt_tokens": prompt_len,
                                                       "completion_tokens": n,
                                                       "total_tokens": prompt_len + n}})
@@ -235,6 +238,22 @@ class BenchServe(unittest.TestCase):
         self.assertEqual(r["server_metrics_delta"]["vllm:requests_rejected_total"],
                          state.rejected)
         self.assertEqual(sum(1 for e in r["errors"] if e.startswith("HTTP 503")), state.rejected)
+
+    def test_timeout_bounds_a_stalled_stream(self):
+        _, url = self.start_mock(stall_s=3.0)
+        started = time.monotonic()
+        out = os.path.join(self.tmp.name, "stall.json")
+        proc = run_dayzero("bench", "serve", "--url", url, "--num-prompts", 2, "--input-len", 4,
+                           "--output-len", 4, "--vocab-size", 50, "--timeout", 0.5,
+                           "--save-result", out, timeout=60)
+        self.assertLess(time.monotonic() - started, 2.5)  # not the mock's 3 s stall
+        self.assertEqual(proc.returncode, 1)  # nothing succeeded
+        self.assertIn("every request failed", proc.stderr)
+        with open(out, encoding="utf-8") as f:
+            r = json.load(f)
+        self.assertEqual((r["completed"], r["failed"]), (0, 2))
+        for error in r["errors"]:  # the read timeout or the per-request deadline, whichever first
+            self.assertTrue(error.startswith(("transport error", "timed out")), error)
 
     def test_bad_flags(self):
         proc = run_dayzero("bench", "serve", "--url", "http://127.0.0.1:9", "--num-prompts", 1)
