@@ -13,6 +13,7 @@ package, and is skipped only where no `node` exists.
 
 import json
 import os
+import random
 import shutil
 import subprocess
 import tempfile
@@ -164,6 +165,8 @@ EDGE_CASES = [
     # jinja2: a dict and Undefined are iterable, and a bool is a number; not so in the npm package.
     ("{% for v in [{}, true, x] %}{{ 'I' if v is iterable }}{{ 'N' if v is number }};{% endfor %}",
      {}, "I;N;I;"),
+    # jinja2 turns \r\n and \r in the template source into \n; @huggingface/jinja keeps them.
+    ("a\r\nb\rc{% if true %}\r\n d{% endif %}\r\n", {}, "a\nb\nc d"),
     # @huggingface/jinja prints true/null/JSON lists; jinja2 prints Python's str().
     ("{{ true }} {{ none }} {{ [1, 'a', none] }} {{ {'k': 'v'} }}", {}, "True None [1, 'a', None] {'k': 'v'}"),
     # @huggingface/jinja ignores strip()'s argument and capitalize()'s lowering.
@@ -181,6 +184,43 @@ ERROR_CASES = [
     ("{{ x | nosuchfilter }}", "unknown filter 'nosuchfilter'"),
     ("{{ nothing(1) }}", "'nothing' is undefined or not callable"),
 ]
+
+
+def random_whitespace_templates(seed, count):
+    """Random nests of if/else, for, set, comments and {{ }} with and without `-`, between runs of
+    spaces, tabs and newlines: trim_blocks, lstrip_blocks and stripping in every combination.
+    (No \r: jinja2 turns it into \n, @huggingface/jinja keeps it.)"""
+    rng = random.Random(seed)
+    spaces = ["", " ", "  ", "\n", " \n", "\n  ", "\t", "\n\n", " x ", "a\n", "\n b", "  \n  "]
+
+    def ws():
+        return rng.choice(spaces)
+
+    def dash():
+        return rng.choice(["", "", "", "-"])
+
+    def block(depth):
+        out = []
+        for _ in range(rng.randint(1, 4)):
+            kind = 0 if depth > 2 else rng.randint(0, 5)
+            if kind == 0:
+                out.append(f"{ws()}{{{{{dash()} v {dash()}}}}}{ws()}")
+            elif kind == 1:
+                out.append(f"{ws()}{{%{dash()} if c {dash()}%}}{block(depth + 1)}{ws()}"
+                           f"{{%{dash()} else {dash()}%}}{block(depth + 1)}{{%{dash()} endif {dash()}%}}{ws()}")
+            elif kind == 2:
+                out.append(f"{ws()}{{%{dash()} for i in xs {dash()}%}}{block(depth + 1)}"
+                           f"{{%{dash()} endfor {dash()}%}}{ws()}")
+            elif kind == 3:
+                out.append(f"{ws()}{{#{dash()} c {dash()}#}}{ws()}")
+            elif kind == 4:
+                out.append(f"{ws()}{{%{dash()} set z = 1 {dash()}%}}{ws()}")
+            else:
+                out.append(ws())
+        return "".join(out)
+
+    return [{"template": block(0), "context": {"v": "V", "c": rng.random() < 0.5, "xs": [1, 2]}}
+            for _ in range(count)]
 
 
 def node_available():
@@ -274,6 +314,15 @@ class ChatTemplatesAgreeWithHuggingfaceJinja(unittest.TestCase):
                     self.assertEqual(mine["text"], ref["text"])
                 else:
                     self.assertEqual(mine["text"], expected)
+
+    def test_random_whitespace_control(self):
+        cases = random_whitespace_templates(seed=6, count=400)
+        ours = self._ours_batch(cases)
+        refs = self._node(cases)
+        for case, mine, ref in zip(cases, ours, refs):
+            with self.subTest(template=case["template"]):
+                self.assertTrue(ref["ok"], ref.get("error"))
+                self.assertEqual(mine, ref)
 
     def test_errors_agree(self):
         cases = [{"template": t, "context": {}} for t, _ in ERROR_CASES]

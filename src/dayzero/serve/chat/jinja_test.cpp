@@ -45,7 +45,9 @@ TEST(Jinja, WhitespaceControlAndHfBlockSettings) {
   EXPECT_EQ(render("x {{ 1 }}\ny"), "x 1\ny");  // no trimming after {{ }}
   EXPECT_EQ(render("  {% if true %}a{% endif %}  b"), "a  b");
   EXPECT_EQ(render("{%+ if true %}a{% endif %}"), "a");
-  EXPECT_EQ(render("line\n"), "line");  // keep_trailing_newline=False
+  EXPECT_EQ(render("line\n"), "line");            // keep_trailing_newline=False
+  EXPECT_EQ(render("a\r\nb\rc\r\n"), "a\nb\nc");  // newline_sequence "\n"
+  EXPECT_EQ(render("{% if true %}\r\nx{% endif %}"), "x");
   EXPECT_EQ(render("a {# c #}\nb"), "a b");
 }
 

@@ -249,12 +249,20 @@ Result<std::vector<Token>> lex_template(std::string_view source, const LexLimits
   if (source.size() > limits.max_source_bytes)
     return make_error(StatusCode::kInvalidArgument, "template is {} bytes, over the {} limit",
                       source.size(), limits.max_source_bytes);
-  // jinja2 drops one trailing newline of the source (keep_trailing_newline=False).
-  if (source.ends_with("\r\n")) {
-    source.remove_suffix(2);
-  } else if (source.ends_with("\n")) {
-    source.remove_suffix(1);
+  // jinja2 turns every \r\n and \r of the source into \n (its newline_sequence), then drops one
+  // trailing newline (keep_trailing_newline=False). Text from the context is not touched.
+  std::string normalized;
+  normalized.reserve(source.size());
+  for (size_t i = 0; i < source.size(); ++i) {
+    if (source[i] == '\r') {
+      normalized += '\n';
+      if (i + 1 < source.size() && source[i + 1] == '\n') ++i;
+    } else {
+      normalized += source[i];
+    }
   }
+  if (!normalized.empty() && normalized.back() == '\n') normalized.pop_back();
+  source = normalized;
   Lexer lexer(source, limits);
   DZ_ASSIGN_OR_RETURN(std::vector<Piece> pieces, lexer.split());
 
@@ -272,10 +280,7 @@ Result<std::vector<Token>> lex_template(std::string_view source, const LexLimits
       text.erase(0, k);
     } else if (before && before->tag != TagKind::kVar && !before->plus_right) {
       // trim_blocks: the newline right after a block or comment tag goes.
-      if (text.starts_with("\r\n")) {
-        text.erase(0, 2);
-        starts_line = true;
-      } else if (text.starts_with("\n")) {
+      if (text.starts_with("\n")) {
         text.erase(0, 1);
         starts_line = true;
       }

@@ -1,7 +1,8 @@
 #pragma once
 // Splits a Jinja template into text and the tokens of its tags, applying whitespace control as
 // Hugging Face renders chat templates: `{%-`/`-%}` strip, trim_blocks and lstrip_blocks on, and
-// the one trailing newline of the source dropped (jinja2's keep_trailing_newline=False).
+// newlines of the source normalized to \n and its one trailing newline dropped (jinja2's
+// newline_sequence and keep_trailing_newline=False).
 
 #include <cstdint>
 #include <string>
