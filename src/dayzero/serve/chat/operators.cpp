@@ -118,16 +118,14 @@ Result<Value> slice(const Value& value, const Value& start_v, const Value& stop_
                       value.type_name());
   }
   // Python's slice.indices().
-  auto clamp = [&](int64_t i, bool is_start) {
+  auto clamp = [&](int64_t i) {
     if (i < 0) i += length;
-    if (step > 0) return std::clamp<int64_t>(i, 0, length);
-    (void)is_start;
-    return std::clamp<int64_t>(i, -1, length - 1);
+    return step > 0 ? std::clamp<int64_t>(i, 0, length) : std::clamp<int64_t>(i, -1, length - 1);
   };
   DZ_ASSIGN_OR_RETURN(int64_t start, opt(start_v, step > 0 ? 0 : length - 1));
   DZ_ASSIGN_OR_RETURN(int64_t stop, opt(stop_v, step > 0 ? length : -length - 1));
-  start = start_v.is_undefined() || start_v.is_none() ? start : clamp(start, true);
-  stop = clamp(stop, false);
+  start = start_v.is_undefined() || start_v.is_none() ? start : clamp(start);
+  stop = clamp(stop);
   std::vector<int64_t> picks;
   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) picks.push_back(i);
   if (value.is_string()) {
