@@ -11,7 +11,6 @@
 #include <nlohmann/json.hpp>
 
 #include "dayzero/core/logging.h"
-#include "dayzero/formats/hf_config.h"
 #include "dayzero/formats/npy.h"
 #include "dayzero/runtime/engine.h"
 #include "dayzero/runtime/generation_config.h"
@@ -19,49 +18,6 @@
 
 namespace dz::cli {
 namespace {
-
-constexpr int64_t kDefaultMaxModelLen = 4096;
-
-// min(4096, max_position_embeddings of config.json, text_config when nested).
-Result<int64_t> default_max_model_len(const std::string& model_dir) {
-  DZ_ASSIGN_OR_RETURN(formats::ConfigObject config,
-                      formats::ConfigObject::load(model_dir + "/config.json"));
-  DZ_ASSIGN_OR_RETURN(std::optional<formats::ConfigObject> text,
-                      config.optional_object("text_config"));
-  const formats::ConfigObject& fields = text ? *text : config;
-  DZ_ASSIGN_OR_RETURN(std::optional<int64_t> max_positions,
-                      fields.optional_positive_int("max_position_embeddings"));
-  return std::min(kDefaultMaxModelLen, max_positions.value_or(kDefaultMaxModelLen));
-}
-
-Result<runtime::EngineConfig> engine_config(const BatchGenerateArgs& args, int64_t num_prompts) {
-  const EngineArgs& e = args.engine;
-  runtime::EngineConfig config;
-  config.max_num_seqs = e.max_num_seqs;
-  config.max_num_batched_tokens = e.max_num_batched_tokens;
-  config.max_queued_requests = std::max(config.max_queued_requests, num_prompts);
-  config.long_prefill_threshold = e.long_prefill_threshold;
-  config.block_size = args.model.block_size;
-  config.num_blocks = e.num_blocks;
-  DZ_ASSIGN_OR_RETURN(config.kv_cache_bytes,
-                      parse_memory_size(e.kv_cache_memory, "--kv-cache-memory"));
-  if (e.max_model_len > 0) {
-    config.max_model_len = e.max_model_len;
-  } else {
-    DZ_ASSIGN_OR_RETURN(config.max_model_len, default_max_model_len(args.model.model_dir));
-  }
-  config.enable_prefix_caching = !e.no_prefix_caching;
-  config.max_state_checkpoints = e.max_state_checkpoints;
-  // The checkpoint interval must be a multiple of the block size: the multiple nearest 1024
-  // from above.
-  config.state_checkpoint_interval = (config.state_checkpoint_interval + config.block_size - 1) /
-                                     config.block_size * config.block_size;
-  std::error_code ec;
-  const std::filesystem::path dir = std::filesystem::weakly_canonical(args.model.model_dir, ec);
-  config.model_identity =
-      (ec ? args.model.model_dir : dir.string()) + "|kv_cache_dtype=" + args.model.kv_cache_dtype;
-  return config;
-}
 
 // The request of one line: text tokenized (BOS prepended when the checkpoint asks for it) or the
 // given ids as they are.
@@ -132,74 +88,6 @@ std::string json_line(int64_t index, const Completion& c) {
 
 }  // namespace
 
-void add_engine_options(CLI::App& command, EngineArgs& args) {
-  command.add_option("--max-num-seqs", args.max_num_seqs, "most requests running at once")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
-  command
-      .add_option("--max-num-batched-tokens", args.max_num_batched_tokens,
-                  "token budget of one engine step (prefill chunks + decode tokens)")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
-  command
-      .add_option("--num-blocks", args.num_blocks,
-                  "KV cache blocks including the null block; 0: as many as --kv-cache-memory holds")
-      ->check(integer_at_least(0))
-      ->capture_default_str();
-  command
-      .add_option("--kv-cache-memory", args.kv_cache_memory,
-                  "KV cache budget when --num-blocks is 0: bytes, or with a KiB, MiB or GiB suffix")
-      ->capture_default_str();
-  command
-      .add_option("--max-model-len", args.max_model_len,
-                  "prompt + output tokens of one request; 0: min(4096, max_position_embeddings)")
-      ->check(integer_at_least(0))
-      ->capture_default_str();
-  command.add_flag("--no-prefix-caching", args.no_prefix_caching,
-                   "never reuse cached blocks of earlier prompts");
-  command
-      .add_option("--max-state-checkpoints", args.max_state_checkpoints,
-                  "recurrent-state checkpoint slots of hybrid models; -1: 2 * --max-num-seqs")
-      ->check(integer_at_least(-1))
-      ->capture_default_str();
-  command
-      .add_option(
-          "--state-checkpoint-interval", args.state_checkpoint_interval,
-          "hybrid models: also checkpoint the recurrent state every this many prompt tokens "
-          "(rounded up to a multiple of --block-size) for prefix-cache hits")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
-  command
-      .add_option("--long-prefill-threshold", args.long_prefill_threshold,
-                  "most prefill tokens of one long prompt per step; 0: max-num-batched-tokens / 2")
-      ->check(integer_at_least(0))
-      ->capture_default_str();
-}
-
-Result<int64_t> parse_memory_size(const std::string& text, const char* flag) {
-  static constexpr std::pair<const char*, int64_t> kSuffixes[] = {
-      {"KiB", int64_t{1} << 10}, {"MiB", int64_t{1} << 20}, {"GiB", int64_t{1} << 30}};
-  std::string digits = text;
-  int64_t unit = 1;
-  for (const auto& [suffix, bytes] : kSuffixes) {
-    const std::string s = suffix;
-    if (digits.size() > s.size() && digits.ends_with(s)) {
-      digits.resize(digits.size() - s.size());
-      unit = bytes;
-      break;
-    }
-  }
-  const bool all_digits =
-      !digits.empty() && digits.size() <= 12 &&
-      std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
-  if (!all_digits || std::stoll(digits) == 0)
-    return make_error(StatusCode::kInvalidArgument,
-                      "{}: expected a positive number of bytes, optionally with a KiB, MiB or GiB "
-                      "suffix (e.g. 512MiB), got \"{}\"",
-                      flag, text);
-  return std::stoll(digits) * unit;
-}
-
 Status run_prompts_file(const BatchGenerateArgs& args) {
   DZ_ASSIGN_OR_RETURN(std::vector<PromptLine> lines,
                       load_prompts_file(args.prompts_file, args.defaults));
@@ -225,8 +113,10 @@ Status run_prompts_file(const BatchGenerateArgs& args) {
   }
 
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::CausalLm> model, load_model(args.model));
-  DZ_ASSIGN_OR_RETURN(runtime::EngineConfig config,
-                      engine_config(args, static_cast<int64_t>(requests.size())));
+  DZ_ASSIGN_OR_RETURN(runtime::EngineConfig config, engine_config(args.model, args.engine));
+  // Every prompt of the file is submitted at once.
+  config.max_queued_requests =
+      std::max(config.max_queued_requests, static_cast<int64_t>(requests.size()));
   config.eos_token_ids = defaults.eos_token_ids;
   const serve::Tokenizer* tok = tokenizer.get();
   config.token_bytes = [tok](int32_t id) -> std::optional<std::string> {

@@ -7,11 +7,9 @@
 #include <pthread.h>
 #include <signal.h>
 
-#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <ctime>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -20,14 +18,12 @@
 #include <spdlog/spdlog.h>
 
 #include "dayzero/cli/commands.h"
+#include "dayzero/cli/engine_args.h"
 #include "dayzero/cli/model_args.h"
-#include "dayzero/formats/hf_config.h"
 #include "dayzero/serve/server.h"
 
 namespace dz::cli {
 namespace {
-
-constexpr int64_t kDefaultMaxModelLen = 4096;
 
 struct ServeArgs {
   ModelArgs model;
@@ -38,25 +34,8 @@ struct ServeArgs {
   int64_t max_request_bytes = 4 << 20;
   double sse_keepalive_s = 15.0;
   std::string metrics_prefix = "vllm";
-  int64_t max_queued_requests = 256;
-  int64_t max_num_seqs = 32;
-  int64_t max_num_batched_tokens = 512;
-  int64_t num_blocks = 0;
-  int64_t max_model_len = 0;
-  bool no_prefix_caching = false;
+  EngineArgs engine;
 };
-
-// min(4096, max_position_embeddings of config.json, text_config when nested).
-Result<int64_t> default_max_model_len(const std::string& model_dir) {
-  DZ_ASSIGN_OR_RETURN(formats::ConfigObject config,
-                      formats::ConfigObject::load(model_dir + "/config.json"));
-  DZ_ASSIGN_OR_RETURN(std::optional<formats::ConfigObject> text,
-                      config.optional_object("text_config"));
-  const formats::ConfigObject& fields = text ? *text : config;
-  DZ_ASSIGN_OR_RETURN(std::optional<int64_t> max_positions,
-                      fields.optional_positive_int("max_position_embeddings"));
-  return std::min(kDefaultMaxModelLen, max_positions.value_or(kDefaultMaxModelLen));
-}
 
 Result<serve::ServerConfig> server_config(const ServeArgs& args) {
   serve::ServerConfig config;
@@ -68,25 +47,7 @@ Result<serve::ServerConfig> server_config(const ServeArgs& args) {
   config.max_request_bytes = args.max_request_bytes;
   config.sse_keepalive_s = args.sse_keepalive_s;
   config.metrics_prefix = args.metrics_prefix;
-  runtime::EngineConfig& engine = config.engine;
-  engine.max_num_seqs = args.max_num_seqs;
-  engine.max_num_batched_tokens = args.max_num_batched_tokens;
-  engine.max_queued_requests = args.max_queued_requests;
-  engine.block_size = args.model.block_size;
-  engine.num_blocks = args.num_blocks;
-  engine.enable_prefix_caching = !args.no_prefix_caching;
-  if (args.max_model_len > 0) {
-    engine.max_model_len = args.max_model_len;
-  } else {
-    DZ_ASSIGN_OR_RETURN(engine.max_model_len, default_max_model_len(args.model.model_dir));
-  }
-  // The checkpoint interval must be a multiple of the block size.
-  engine.state_checkpoint_interval = (engine.state_checkpoint_interval + engine.block_size - 1) /
-                                     engine.block_size * engine.block_size;
-  std::error_code ec;
-  const std::filesystem::path dir = std::filesystem::weakly_canonical(args.model.model_dir, ec);
-  engine.model_identity =
-      (ec ? args.model.model_dir : dir.string()) + "|kv_cache_dtype=" + args.model.kv_cache_dtype;
+  DZ_ASSIGN_OR_RETURN(config.engine, engine_config(args.model, args.engine));
   config.exec = exec_context(args.model);
   ModelArgs model_args = args.model;
   config.load_model = [model_args] { return load_model(model_args); };
@@ -160,31 +121,12 @@ RunCommand add_serve_command(CLI::App& app) {
       ->add_option("--metrics-prefix", args->metrics_prefix,
                    "Prometheus namespace of /metrics (vllm: drop-in for vLLM dashboards)")
       ->capture_default_str();
+  add_engine_options(*command, args->engine);
   command
-      ->add_option("--max-queued-requests", args->max_queued_requests,
+      ->add_option("--max-queued-requests", args->engine.max_queued_requests,
                    "waiting requests; beyond, 503 with Retry-After")
       ->check(integer_at_least(1))
       ->capture_default_str();
-  command->add_option("--max-num-seqs", args->max_num_seqs, "most requests running at once")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
-  command
-      ->add_option("--max-num-batched-tokens", args->max_num_batched_tokens,
-                   "token budget of one engine step (prefill chunks + decode tokens)")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
-  command
-      ->add_option("--num-blocks", args->num_blocks,
-                   "KV cache blocks including the null block; 0: from a 1 GiB budget")
-      ->check(integer_at_least(0))
-      ->capture_default_str();
-  command
-      ->add_option("--max-model-len", args->max_model_len,
-                   "prompt + output tokens of one request; 0: min(4096, max_position_embeddings)")
-      ->check(integer_at_least(0))
-      ->capture_default_str();
-  command->add_flag("--no-prefix-caching", args->no_prefix_caching,
-                    "never reuse cached blocks of earlier prompts");
   return [args] {
     const Status status = run(*args);
     return status.ok() ? 0 : fail(status);
