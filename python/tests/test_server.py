@@ -221,6 +221,9 @@ class ServerTest(unittest.TestCase):
         for name in ("vllm:generation_tokens_total", "vllm:prompt_tokens_total",
                      "vllm:e2e_request_latency_seconds_count",
                      "vllm:time_to_first_token_seconds_count",
+                     "vllm:request_queue_time_seconds_count",
+                     "vllm:request_prefill_time_seconds_count",
+                     "vllm:request_decode_time_seconds_count",
                      "vllm:request_generation_tokens_count"):
             self.assertGreater(metric(after, name), metric(before, name), name)
         self.assertEqual(metric(after, "vllm:request_success_total", finished_reason="length"),

@@ -1,6 +1,7 @@
 #include "dayzero/runtime/engine_core.h"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <string>
 #include <utility>
@@ -233,6 +234,7 @@ RequestOutput make_output(const Request& r) {
   out.num_cached_tokens = r.num_cached_tokens;
   out.num_output_tokens = r.num_output_tokens();
   out.num_preemptions = r.num_preemptions;
+  out.first_scheduled = r.first_scheduled;
   return out;
 }
 
@@ -285,6 +287,9 @@ std::vector<RequestOutput> EngineCore::step() {
   SchedulerOutput plan = scheduler.schedule();
   ++m.num_steps;
   if (plan.chunks.empty()) return outputs;
+  const auto now = std::chrono::steady_clock::now();
+  for (const ScheduledChunk& c : plan.chunks)
+    if (!c.request->first_scheduled) c.request->first_scheduled = now;
   // Decode rows first, then prefill chunks (serving.md §2.2), each group in scheduling order.
   std::stable_partition(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) {
     return c.num_tokens == 1 && c.request->num_computed_tokens >= c.request->num_prompt_tokens;

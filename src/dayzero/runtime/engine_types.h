@@ -3,6 +3,7 @@
 // request, and the incremental outputs a request streams. Shared by EngineCore (one step at a
 // time, single-threaded), Engine (its thread-safe wrapper), the CLI and the server.
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -65,6 +66,9 @@ struct RequestOutput {
   int64_t num_cached_tokens = 0;  // prompt tokens served by the prefix cache at (last) admission
   int64_t num_output_tokens = 0;  // generated so far
   int64_t num_preemptions = 0;    // times this request was preempted and recomputed
+  // When the request first got tokens into a step (queue time = this − arrival); unset while it
+  // has only waited.
+  std::optional<std::chrono::steady_clock::time_point> first_scheduled;
 };
 
 struct EngineMetrics {

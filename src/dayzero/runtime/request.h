@@ -5,6 +5,7 @@
 // There is no prefill or decode phase: each step lets num_computed_tokens catch up with
 // tokens.size(), and chunked prefill, prefix hits and recompute after preemption follow from that.
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -55,6 +56,7 @@ struct Request {
   StopMatcher stop_matcher;
   Utf8Stream utf8;
   int64_t num_preemptions = 0;
+  std::optional<std::chrono::steady_clock::time_point> first_scheduled;
   FinishReason finish_reason = FinishReason::kNone;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }

@@ -2,11 +2,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace dz::serve::http {
 namespace {
 
 constexpr auto kCompletionWindow = std::chrono::seconds(60);
+
+// vLLM's per-phase latencies of a request: waiting, then prefill up to the first token, then
+// decode.
+constexpr std::pair<const char*, const char*> kPhaseHistograms[] = {
+    {"request_queue_time_seconds", "Histogram of time spent in WAITING phase for request."},
+    {"request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request."},
+    {"request_decode_time_seconds", "Histogram of time spent in DECODE phase for request."},
+};
 
 double seconds_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
@@ -34,6 +43,8 @@ ServerMetrics::ServerMetrics(std::string prefix, std::string model_name, int64_t
                       inter_token_buckets_seconds(), labels());
   registry_.histogram("e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
                       request_latency_buckets_seconds(), labels());
+  for (const auto& [name, help] : kPhaseHistograms)
+    registry_.histogram(name, help, request_latency_buckets_seconds(), labels());
   registry_.histogram("request_prompt_tokens", "Number of prefill tokens processed.",
                       token_buckets_, labels());
   registry_.histogram("request_generation_tokens", "Number of generation tokens processed.",
@@ -72,10 +83,16 @@ void ServerMetrics::update_engine(const runtime::EngineMetrics& m) {
 
 void ServerMetrics::on_output(RequestTimer& timer, const runtime::RequestOutput& output,
                               Clock::time_point now) {
+  if (!timer.first_scheduled_ && output.first_scheduled) {
+    timer.first_scheduled_ = output.first_scheduled;
+    observe_phase(0, timer.arrival_, *output.first_scheduled);
+  }
   if (output.new_token_ids.empty()) return;
   const MetricLabels l = labels();
   if (!timer.first_token_seen_) {
     timer.first_token_seen_ = true;
+    timer.first_token_ = now;
+    if (timer.first_scheduled_) observe_phase(1, *timer.first_scheduled_, now);
     registry_
         .histogram("time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                    ttft_buckets_seconds(), l)
@@ -103,6 +120,7 @@ void ServerMetrics::on_finished(const RequestTimer& timer, const runtime::Reques
       .histogram("e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
                  request_latency_buckets_seconds(), l)
       .observe(seconds_between(timer.arrival_, now));
+  if (timer.first_token_seen_) observe_phase(2, timer.first_token_, now);
   registry_
       .histogram("request_prompt_tokens", "Number of prefill tokens processed.", token_buckets_, l)
       .observe(static_cast<double>(last.num_prompt_tokens));
@@ -111,6 +129,12 @@ void ServerMetrics::on_finished(const RequestTimer& timer, const runtime::Reques
                  token_buckets_, l)
       .observe(static_cast<double>(last.num_output_tokens));
   if (finished_reason != "abort") note_completion(now);
+}
+
+void ServerMetrics::observe_phase(size_t phase, Clock::time_point from, Clock::time_point to) {
+  const auto& [name, help] = kPhaseHistograms[phase];
+  registry_.histogram(name, help, request_latency_buckets_seconds(), labels())
+      .observe(std::max(0.0, seconds_between(from, to)));
 }
 
 void ServerMetrics::on_rejected(std::string_view reason) {

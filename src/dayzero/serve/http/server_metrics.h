@@ -2,13 +2,14 @@
 // The server's Prometheus series (serving.md §5.9), named as vLLM's so its dashboards work:
 // engine gauges and counters mirrored from EngineMetrics at scrape time, per-request latencies
 // and token counts observed by the handlers, and dayzero's rejection and cancellation counters.
-// Queue time is not exported: RequestOutput carries no scheduling timestamp yet, so the frontend
-// cannot tell waiting from prefilling (TTFT covers both).
+// Queue, prefill and decode times split each request at the engine's first-scheduled time
+// (RequestOutput::first_scheduled) and its first token, as vLLM's do.
 
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -29,6 +30,8 @@ class RequestTimer {
   friend class ServerMetrics;
   Clock::time_point arrival_;
   Clock::time_point last_token_;
+  Clock::time_point first_token_;
+  std::optional<Clock::time_point> first_scheduled_;
   bool first_token_seen_ = false;
 };
 
@@ -56,6 +59,8 @@ class ServerMetrics {
  private:
   MetricLabels labels(std::string_view name = {}, std::string_view value = {}) const;
   void note_completion(Clock::time_point now);
+  // phase: 0 queue, 1 prefill, 2 decode (kPhaseHistograms).
+  void observe_phase(size_t phase, Clock::time_point from, Clock::time_point to);
 
   MetricsRegistry registry_;
   std::string model_name_;
