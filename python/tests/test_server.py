@@ -312,7 +312,8 @@ class ServerAuthOverloadTest(unittest.TestCase):
         make_tiny.make_tiny("kimi_linear", cls.dir, seed=0)
         cls.b = ServerProcess(cls.dir, *ENGINE_FLAGS, "--max-num-seqs", 1,
                               "--max-queued-requests", 1, "--api-key", "key-one",
-                              "--api-key", "key-two", "--served-model-name", "kimi")
+                              "--api-key", "key-two", "--served-model-name", "kimi",
+                              "--sse-keepalive", 0.05)
 
     @classmethod
     def tearDownClass(cls):
@@ -344,6 +345,35 @@ class ServerAuthOverloadTest(unittest.TestCase):
                                      {"Authorization": "Bearer key-one"})
         self.assertEqual(s, 200, tok)
         self.assertEqual(b["usage"]["prompt_tokens"], tok["count"])
+
+    def test_keep_alive_while_queued(self):
+        # One running request holds the only sequence slot; a second streamed one waits in the
+        # queue and must receive ": keep-alive" comments (every 0.05 s here) before any data.
+        body = {"model": "kimi", "prompt": "x", "max_tokens": LONG, "ignore_eos": True,
+                "stream": True}
+        auth = {"Authorization": "Bearer key-one"}
+        running = self.b.open_stream("/v1/completions", body, auth, timeout=10)
+        queued = None
+        try:
+            self.assertTrue(read_head(running).startswith(b"HTTP/1.1 200"))
+            running.recv(1)  # the first chunk: the running request holds the slot
+            queued = self.b.open_stream("/v1/completions", body, auth, timeout=10)
+            raw = b""
+            deadline = time.monotonic() + 10
+            while b": keep-alive" not in raw and time.monotonic() < deadline:
+                chunk = queued.recv(4096)
+                if not chunk:
+                    break
+                raw += chunk
+            self.assertIn(b": keep-alive", raw)
+            self.assertTrue(raw.startswith(b"HTTP/1.1 200"), raw[:60])
+        finally:
+            running.close()
+            if queued is not None:
+                queued.close()
+        self.assertTrue(wait_until(
+            lambda: metric(self.b.metrics(), "vllm:num_requests_running") == 0
+            and metric(self.b.metrics(), "vllm:num_requests_waiting") == 0, timeout=5))
 
     def test_overload_gives_503_with_retry_after(self):
         body = {"model": "kimi", "prompt": "x", "max_tokens": LONG, "ignore_eos": True,
