@@ -18,8 +18,13 @@ $(BUILD)/build.ninja:
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD)
 
+# Serves the tiny generated deepseek_v32 checkpoint (random weights: the plumbing, not the text)
+# on http://127.0.0.1:$(PORT) until the demo-model issue ships a trained default.
+PORT ?= 8000
+RUN_MODEL ?= $(BUILD)/ds-tiny
 run: build
-	$(BUILD)/src/dayzero/cli/dayzero --help
+	test -f $(RUN_MODEL)/config.json || PYTHONPATH=python /usr/bin/python3 -m dayzero_ref.make_tiny deepseek_v32 $(RUN_MODEL) --seed 0
+	$(BUILD)/src/dayzero/cli/dayzero serve --model $(RUN_MODEL) --port $(PORT) --max-model-len 1024
 
 # Everything CI runs: the ASan+UBSan unit tests, the bounded fuzz runs, then the full suite.
 test: build asan fuzz
