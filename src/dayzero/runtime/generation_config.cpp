@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -39,6 +40,19 @@ Status add_ids(const Json& object, const char* field, const std::string& path,
   return add_one(value);
 }
 
+template <typename T>
+Status read_number(const Json& object, const char* field, const std::string& path,
+                   std::optional<T>& out) {
+  if (!object.contains(field) || object[field].is_null()) return Status::ok_status();
+  const Json& value = object[field];
+  const bool ok = std::is_integral_v<T> ? value.is_number_integer() : value.is_number();
+  if (!ok)
+    return make_error(StatusCode::kInvalidArgument, "{}: {} must be a number, got {}", path, field,
+                      value.dump());
+  out = value.get<T>();
+  return Status::ok_status();
+}
+
 }  // namespace
 
 Result<GenerationDefaults> load_generation_defaults(const std::string& model_dir) {
@@ -58,6 +72,12 @@ Result<GenerationDefaults> load_generation_defaults(const std::string& model_dir
   DZ_ASSIGN_OR_RETURN(std::optional<Json> generation, read_json(generation_path));
   if (generation) {
     DZ_RETURN_IF_ERROR(add_ids(*generation, "eos_token_id", generation_path, out.eos_token_ids));
+    DZ_RETURN_IF_ERROR(read_number(*generation, "temperature", generation_path, out.temperature));
+    DZ_RETURN_IF_ERROR(read_number(*generation, "top_p", generation_path, out.top_p));
+    DZ_RETURN_IF_ERROR(read_number(*generation, "top_k", generation_path, out.top_k));
+    DZ_RETURN_IF_ERROR(read_number(*generation, "min_p", generation_path, out.min_p));
+    DZ_RETURN_IF_ERROR(
+        read_number(*generation, "repetition_penalty", generation_path, out.repetition_penalty));
     DZ_RETURN_IF_ERROR(add_ids(*generation, "bos_token_id", generation_path, bos));
   }
   if (!bos.empty()) out.bos_token_id = bos.front();

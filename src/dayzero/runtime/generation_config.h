@@ -1,7 +1,8 @@
 #pragma once
 // What a completion needs from a checkpoint folder besides weights and tokenizer: the stop ids
 // (eos_token_id of config.json, text_config when nested, and generation_config.json; an int or a
-// list in either) and whether to prepend BOS (tokenizer_config.json add_bos_token).
+// list in either), whether to prepend BOS (tokenizer_config.json add_bos_token), and the sampling
+// defaults of generation_config.json.
 
 #include <cstdint>
 #include <optional>
@@ -16,6 +17,13 @@ struct GenerationDefaults {
   std::vector<int32_t> eos_token_ids;  // sorted, unique
   std::optional<int32_t> bos_token_id;
   bool add_bos_token = false;
+  // Sampling defaults of generation_config.json, which the server applies to requests that leave
+  // the field out (vLLM's `--generation-config auto`).
+  std::optional<float> temperature;
+  std::optional<float> top_p;
+  std::optional<int32_t> top_k;
+  std::optional<float> min_p;
+  std::optional<float> repetition_penalty;
 };
 
 // Missing generation_config.json / tokenizer_config.json are fine; malformed ones are refused
