@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "dayzero/core/check.h"
+#include "dayzero/kernels/mla_absorb.h"
 #include "dayzero/kernels/mla_attention.h"
 #include "dayzero/kernels/norms.h"
 
@@ -22,17 +24,6 @@ constexpr int64_t kPrefillQueryChunk = 1024;
 
 float* take_floats(Arena& scratch, int64_t num_elems) {
   return reinterpret_cast<float*>(scratch.allocate(static_cast<size_t>(num_elems) * 4).data());
-}
-
-float dot(const float* a, const float* b, int64_t n) {
-  float partial[8] = {};  // eight interleaved sums: vectorizable without -ffast-math
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) partial[j] += a[i + j] * b[i + j];
-  float sum = 0;
-  for (; i < n; ++i) sum += a[i] * b[i];
-  for (float p : partial) sum += p;
-  return sum;
 }
 
 // FP32 buffers of forward(): q, kv, o, the gate, q_abs and o_lat (one query chunk).
@@ -154,6 +145,48 @@ void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
   std::span<std::byte> workspace =
       scratch.allocate(attention_workspace_bytes(ctx, c, T, selection.width));
 
+  // The absorbed form runs in groups of consecutive tokens (the decode rows of many sequences,
+  // at most kPrefillQueryChunk, the size of q_abs and o_lat): q_abs = W_UKᵀ q_nope for the whole
+  // group, attention per sequence, then o = W_UV o_lat for the whole group, so that each head's
+  // W_UK / W_UV block is read once per group rather than once per token (§2.3, FP32).
+  struct AbsorbedPiece {
+    kernels::MlaCacheView view;
+    kernels::MlaQueryKeys keys;
+    int64_t t0 = 0;
+  };
+  const kernels::MlaAbsorbDims absorb_dims{
+      .num_heads = H, .nope_dim = d_n, .latent_dim = r_kv, .v_dim = d_v};
+  std::vector<AbsorbedPiece> group;
+  group.reserve(batch.sequences.size());
+  int64_t group_begin = 0, group_tokens = 0;
+  const auto flush_group = [&] {
+    if (group_tokens == 0) return;
+    kernels::mla_absorb_q(ctx, absorb_dims,
+                          {.q_nope = q + group_begin * H * q_width,
+                           .token_stride = H * q_width,
+                           .head_stride = q_width,
+                           .w_uk = w_uk_.data(),
+                           .q_abs = q_abs},
+                          group_tokens);
+    for (const AbsorbedPiece& piece : group) {
+      const int64_t offset = (piece.t0 - group_begin) * H * r_kv;
+      kernels::mla_attention_absorbed(ctx, piece.view, piece.keys,
+                                      {.num_heads = H,
+                                       .softmax_scale = c.softmax_scale,
+                                       .q_abs = q_abs + offset,
+                                       .q_pe = q + piece.t0 * H * q_width + d_n,
+                                       .q_pe_token_stride = H * q_width,
+                                       .q_pe_head_stride = q_width,
+                                       .o_lat = o_lat + offset},
+                                      workspace);
+    }
+    kernels::mla_expand_o(ctx, absorb_dims,
+                          {.o_lat = o_lat, .w_uv = w_uv_.data(), .o = o + group_begin * H * d_v},
+                          group_tokens);
+    group.clear();
+    group_tokens = 0;
+  };
+
   for (const SequenceSlice& seq : batch.sequences) {
     const kernels::MlaCacheView view{.layout = cache.layout,
                                      .pool = cache.pool,
@@ -190,39 +223,15 @@ void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
                                        workspace);
         continue;
       }
-      // q_abs_h = W_UK_hᵀ q_nope_h, FP32 (§2.3).
-      parallel_for(ctx, n * H, 4, [&](int64_t begin, int64_t end) {
-        for (int64_t item = begin; item < end; ++item) {
-          const int64_t i = item / H, h = item % H;
-          const float* q_nope = q + ((t0 + i) * H + h) * q_width;
-          float* dst = q_abs + (i * H + h) * r_kv;
-          std::fill_n(dst, r_kv, 0.0f);
-          for (int64_t k = 0; k < d_n; ++k) {
-            const float* w_row = w_uk_.data() + (h * d_n + k) * r_kv;
-            for (int64_t j = 0; j < r_kv; ++j) dst[j] += q_nope[k] * w_row[j];
-          }
-        }
-      });
-      kernels::mla_attention_absorbed(ctx, view, keys,
-                                      {.num_heads = H,
-                                       .softmax_scale = c.softmax_scale,
-                                       .q_abs = q_abs,
-                                       .q_pe = q + t0 * H * q_width + d_n,
-                                       .q_pe_token_stride = H * q_width,
-                                       .q_pe_head_stride = q_width,
-                                       .o_lat = o_lat},
-                                      workspace);
-      // o_h = W_UV_h o_lat_h.
-      parallel_for(ctx, n * H, 4, [&](int64_t begin, int64_t end) {
-        for (int64_t item = begin; item < end; ++item) {
-          const int64_t i = item / H, h = item % H;
-          for (int64_t k = 0; k < d_v; ++k)
-            o[((t0 + i) * H + h) * d_v + k] =
-                dot(w_uv_.data() + (h * d_v + k) * r_kv, o_lat + (i * H + h) * r_kv, r_kv);
-        }
-      });
+      if (group_tokens > 0 &&
+          (t0 != group_begin + group_tokens || group_tokens + n > kPrefillQueryChunk))
+        flush_group();
+      if (group_tokens == 0) group_begin = t0;
+      group.push_back({.view = view, .keys = keys, .t0 = t0});
+      group_tokens += n;
     }
   }
+  flush_group();
 
   if (c.output_gate) {  // K3: o_h ⊙ σ(Linear(x; g_proj))_h, the gate logits rounded like any linear
     float* gate = take_floats(scratch, T * H * d_v);
