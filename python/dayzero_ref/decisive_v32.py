@@ -113,7 +113,7 @@ def shape_weights(c, w, seed):
     for i in range(num_layers):
         p = f"model.layers.{i}."
         w[p + "self_attn.o_proj.weight"] *= ATTN_OUT_SCALE
-        _shape_indexer(c, w, p + "self_attn.")
+        shape_indexer(c, w, p + "self_attn.")
         if p + "mlp.gate.weight" in w:
             _shape_moe(c, w, p + "mlp.", seed, i)
         else:
@@ -142,13 +142,16 @@ def _shape_moe(c, w, p, seed, layer):
     w[p + "shared_experts.down_proj.weight"] *= EXPERT_OUT_SCALE
 
 
-def _shape_indexer(c, w, p):
+def shape_indexer(c, w, p, rope_pairs=INDEX_ROPE_PAIRS):
+    """The indexer design above for the layer under prefix p ("...self_attn."), reading the
+    constant coordinate BIAS_COORD and the marker MARKER_COORD; rope_pairs: the rotate-half pairs
+    carrying g (slow frequencies of the model's RoPE). dayzero_ref.decisive_hybrid reuses it."""
     n_heads, head_dim, d_r = c["index_n_heads"], c["index_head_dim"], c["qk_rope_head_dim"]
     w[p + "q_a_proj.weight"][0, BIAS_COORD] += Q_LATENT_GAIN
     w[p + "q_a_layernorm.weight"][0] = 1.0
 
     q_design = torch.zeros(head_dim)
-    for j in INDEX_ROPE_PAIRS:  # first half of a rotate-half pair; the partner j + d_r/2 stays 0
+    for j in rope_pairs:  # first half of a rotate-half pair; the partner j + d_r/2 stays 0
         q_design[j] = INDEX_Q_ROPE
     q_design[d_r] = INDEX_Q_OFFSET
     q_design[d_r + 1] = INDEX_Q_MARKER
@@ -160,7 +163,7 @@ def _shape_indexer(c, w, p):
     k_weight = torch.full((head_dim,), INDEX_K_NORM_WEIGHT)
     k_weight[d_r + 1] = INDEX_K_MARKER_WEIGHT
     k_bias = w[p + "indexer.k_norm.bias"] * INDEX_K_NORM_WEIGHT
-    for j in INDEX_ROPE_PAIRS:
+    for j in rope_pairs:
         k_bias[j] = INDEX_K_ROPE
         k_bias[j + d_r // 2] = 0.0
     k_bias[d_r] = INDEX_K_OFFSET

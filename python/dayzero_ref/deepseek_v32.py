@@ -143,6 +143,54 @@ def _dequant_act(x):
     return (groups * scales.unsqueeze(-1)).reshape(x.shape)
 
 
+# ---------------------------------------------------------------- the DSA indexer (§3.2–3.3)
+
+def indexer_select(ref, layer_id, p, x, c_q, positions, taps, forced, n_heads, head_dim, d_r,
+                   index_topk, interleaved):
+    """The lightning indexer of models.md §3.2–3.3 for a reference `ref` (a ReferenceBase with
+    weights `w` and RoPE `inv_freq`, `rope_magnitude`): x [T, d] attention input, c_q [T, r_q],
+    tensors under prefix p ("...self_attn.indexer."). Taps index_scores [T, T] and
+    index_selection [T, K]; returns the selection int64 [T, K] (−1 padded), or the forced one."""
+    num_tokens = x.shape[0]
+    q = ref._bf16(ref._linear(c_q, p + "wq_b.weight")).reshape(num_tokens, n_heads, head_dim)
+    q_pe = ref._bf16(apply_rope(q[..., :d_r], positions, ref.inv_freq, ref.rope_magnitude,
+                                interleaved))
+    q = torch.cat([q_pe, q[..., d_r:]], dim=-1)  # rope first, unlike MLA
+    k = ref._bf16(ref._linear(x, p + "wk.weight"))
+    k = ref._bf16(F.layer_norm(k, (head_dim,), ref.w[p + "k_norm.weight"],
+                               ref.w[p + "k_norm.bias"], 1e-6))
+    k_pe = ref._bf16(apply_rope(k[:, :d_r], positions, ref.inv_freq, ref.rope_magnitude,
+                                interleaved))
+    k = torch.cat([k_pe, k[:, d_r:]], dim=-1)
+    q = ref._bf16(formats.hadamard(q))
+    k = ref._bf16(formats.hadamard(k))
+    q_codes, q_scale = formats.act_quant(q)  # [T, n_I, d_I], [T, n_I, 1]
+    k_codes, k_scale = formats.act_quant(k)  # [T, d_I], [T, 1]
+    head_weights = (ref._linear(x, p + "weights_proj.weight")
+                    * torch.tensor(n_heads ** -0.5, dtype=torch.float32)
+                    * torch.tensor(head_dim ** -0.5, dtype=torch.float32)
+                    * q_scale[..., 0])  # [T, n_I]
+    dots = torch.einsum("thd,sd->ths", formats.decode_e4m3(q_codes), formats.decode_e4m3(k_codes))
+    scores = torch.einsum("ths,th->ts", torch.relu(dots), head_weights) * k_scale[:, 0][None, :]
+    causal = torch.ones(num_tokens, num_tokens, dtype=torch.bool).tril()
+    scores = scores.masked_fill(~causal, -math.inf)
+    selection = select_topk(scores, index_topk)
+    if forced and (layer_id, "index_selection") in forced:
+        selection = torch.as_tensor(forced[(layer_id, "index_selection")]).to(torch.int64)
+    ref._tap(taps, layer_id, "index_scores", scores)
+    ref._tap(taps, layer_id, "index_selection", selection)
+    return selection
+
+
+def selection_mask(selection, num_tokens):
+    """selection int64 [T, K] (−1 padded) -> bool [T, T]: True at the selected positions."""
+    # −1 padding goes to a spare column, so it never overwrites a selected position.
+    column = torch.where(selection >= 0, selection, torch.full_like(selection, num_tokens))
+    mask = torch.zeros(num_tokens, num_tokens + 1, dtype=torch.bool)
+    mask.scatter_(1, column, True)
+    return mask[:, :num_tokens]
+
+
 # ---------------------------------------------------------------- the model
 
 class DeepseekV32Reference(ReferenceBase):
@@ -189,39 +237,11 @@ class DeepseekV32Reference(ReferenceBase):
     # ------------------------------------------------------------ blocks
 
     def _indexer(self, layer_id, p, x, c_q, positions, taps, forced):
-        """models.md §3.2–3.3: (selection int64 [T, K], scores [T, T])."""
+        """models.md §3.2–3.3: selection int64 [T, K]."""
         c = self.config
-        num_tokens = x.shape[0]
-        n_heads, head_dim, d_r = c["index_n_heads"], c["index_head_dim"], c["qk_rope_head_dim"]
-        interleaved = self.indexer_rope_interleave
-        q = self._bf16(self._linear(c_q, p + "wq_b.weight")).reshape(num_tokens, n_heads, head_dim)
-        q_pe = self._bf16(apply_rope(q[..., :d_r], positions, self.inv_freq, self.rope_magnitude,
-                                     interleaved))
-        q = torch.cat([q_pe, q[..., d_r:]], dim=-1)  # rope first, unlike MLA
-        k = self._bf16(self._linear(x, p + "wk.weight"))
-        k = self._bf16(F.layer_norm(k, (head_dim,), self.w[p + "k_norm.weight"],
-                                    self.w[p + "k_norm.bias"], 1e-6))
-        k_pe = self._bf16(apply_rope(k[:, :d_r], positions, self.inv_freq, self.rope_magnitude,
-                                     interleaved))
-        k = torch.cat([k_pe, k[:, d_r:]], dim=-1)
-        q = self._bf16(formats.hadamard(q))
-        k = self._bf16(formats.hadamard(k))
-        q_codes, q_scale = formats.act_quant(q)  # [T, n_I, d_I], [T, n_I, 1]
-        k_codes, k_scale = formats.act_quant(k)  # [T, d_I], [T, 1]
-        head_weights = (self._linear(x, p + "weights_proj.weight")
-                        * torch.tensor(n_heads ** -0.5, dtype=torch.float32)
-                        * torch.tensor(head_dim ** -0.5, dtype=torch.float32)
-                        * q_scale[..., 0])  # [T, n_I]
-        dots = torch.einsum("thd,sd->ths", formats.decode_e4m3(q_codes), formats.decode_e4m3(k_codes))
-        scores = torch.einsum("ths,th->ts", torch.relu(dots), head_weights) * k_scale[:, 0][None, :]
-        causal = torch.ones(num_tokens, num_tokens, dtype=torch.bool).tril()
-        scores = scores.masked_fill(~causal, -math.inf)
-        selection = select_topk(scores, self.index_topk)
-        if forced and (layer_id, "index_selection") in forced:
-            selection = torch.as_tensor(forced[(layer_id, "index_selection")]).to(torch.int64)
-        self._tap(taps, layer_id, "index_scores", scores)
-        self._tap(taps, layer_id, "index_selection", selection)
-        return selection
+        return indexer_select(self, layer_id, p, x, c_q, positions, taps, forced,
+                              c["index_n_heads"], c["index_head_dim"], c["qk_rope_head_dim"],
+                              self.index_topk, self.indexer_rope_interleave)
 
     def _attention(self, layer_id, p, x, positions, taps, forced):
         c = self.config
@@ -257,11 +277,7 @@ class DeepseekV32Reference(ReferenceBase):
 
     @staticmethod
     def _selection_mask(selection, num_tokens):
-        # −1 padding goes to a spare column, so it never overwrites a selected position.
-        column = torch.where(selection >= 0, selection, torch.full_like(selection, num_tokens))
-        mask = torch.zeros(num_tokens, num_tokens + 1, dtype=torch.bool)
-        mask.scatter_(1, column, True)
-        return mask[:, :num_tokens]
+        return selection_mask(selection, num_tokens)
 
     def _swiglu(self, x, p, round_output):
         g = self._bf16(self._linear(x, p + "gate_proj.weight"))

@@ -197,7 +197,7 @@ def text_config(config):
     "language_model."."""
     if config.get("model_type") == "kimi_k3":
         return config["text_config"], "language_model."
-    if config.get("model_type") == "kimi_linear":
+    if config.get("model_type") in ("kimi_linear", "dayzero_hybrid"):  # hybrid: dayzero_ref.hybrid
         return config, ""
     raise ValueError(f"model_type {config.get('model_type')!r}: expected one of {KIMI_MODEL_TYPES}")
 

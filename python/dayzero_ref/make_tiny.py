@@ -2,7 +2,7 @@
 
     /usr/bin/python3 -m dayzero_ref.make_tiny ARCH OUTDIR --seed N [--shard-bytes B]
 
-ARCH is deepseek_v32, kimi_linear or kimi_k3. OUTDIR receives config.json (published field names and
+ARCH is deepseek_v32, kimi_linear, kimi_k3 or dayzero_hybrid. OUTDIR receives config.json (published field names and
 nesting), generation_config.json, the tokenizer files, and the weights: model.safetensors, or shards plus
 model.safetensors.index.json (kimi_k3 by default, any arch with --shard-bytes).
 
@@ -35,9 +35,10 @@ from collections import namedtuple
 
 import torch
 
-from dayzero_ref import decisive_kimi, decisive_v32, formats, safetensors_io, tokenizer_gen
+from dayzero_ref import (decisive_hybrid, decisive_kimi, decisive_v32, formats, safetensors_io,
+                         tokenizer_gen)
 
-ARCHS = ("deepseek_v32", "kimi_linear", "kimi_k3")
+ARCHS = ("deepseek_v32", "kimi_linear", "kimi_k3", "dayzero_hybrid")
 
 # One stored tensor: `kind` says how it is drawn, `dtype` the published safetensors tag.
 # kind: "linear" (logical [out, in]; fp8 → F8_E4M3 + weight_scale_inv, mxfp4 → weight_packed +
@@ -134,8 +135,40 @@ def kimi_k3_config():
     }
 
 
+def _mxfp4_experts_config():
+    return {
+        "quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized",
+        "quantization_status": "compressed", "kv_cache_scheme": None,
+        "config_groups": {"group_0": {
+            "targets": ["Linear"], "input_activations": None, "output_activations": None,
+            "weights": {"num_bits": 4, "type": "float", "group_size": 32, "strategy": "group",
+                        "symmetric": True, "dynamic": False, "actorder": None,
+                        "block_structure": None, "observer": "minmax", "observer_kwargs": {}}}},
+        "ignore": ["re:.*self_attn.*", "re:.*shared_experts.*", r"re:.*mlp\.(gate|up|down)_proj$",
+                   r"re:.*routed_expert_(down|up)_proj$", "re:.*_res_proj$", "re:.*lm_head$"],
+    }
+
+
+def dayzero_hybrid_config():
+    """KDA layers 1, 3 and RoPE MLA + DSA layers 2, 4 (1-based); kv_lora_rank 128 so the FP8
+    cache works; index_topk 8 so ~40-token prompts are sparse; latent MXFP4 MoE; AttnRes."""
+    c = {"architectures": ["DayzeroHybridForCausalLM"], "model_type": "dayzero_hybrid"}
+    c.update(_kimi_common(4, [1, 3], [2, 4]))
+    del c["mla_use_nope"]
+    c.update({
+        "kv_lora_rank": 128, "q_lora_rank": 64, "mla_use_output_gate": True,
+        "rope_theta": 10000.0, "rope_scaling": None, "max_position_embeddings": 4096,
+        "index_n_heads": 4, "index_head_dim": 128, "index_topk": 8,
+        "num_experts": 16, "num_experts_per_token": 4, "num_shared_experts": 1,
+        "moe_intermediate_size": 64, "routed_expert_hidden_size": 64, "latent_moe_use_norm": True,
+        "routed_scaling_factor": 2.0, "hidden_act": "silu", "attn_res_block_size": 2,
+        "quantization_config": _mxfp4_experts_config(),
+    })
+    return c
+
+
 CONFIGS = {"deepseek_v32": deepseek_v32_config, "kimi_linear": kimi_linear_config,
-           "kimi_k3": kimi_k3_config}
+           "kimi_k3": kimi_k3_config, "dayzero_hybrid": dayzero_hybrid_config}
 
 
 # ---------------------------------------------------------------- tensor layouts (models.md §7)
@@ -252,6 +285,13 @@ def kimi_layout(c, prefix=""):
             if c.get("mla_use_output_gate"):
                 lin("self_attn.g_proj", h * c["v_head_dim"], d)
             lin("self_attn.o_proj", d, h * c["v_head_dim"])
+            if "index_topk" in c:  # dayzero_hybrid: the DSA indexer, as deepseek_v32
+                ni, di = c["index_n_heads"], c["index_head_dim"]
+                lin("self_attn.indexer.wq_b", ni * di, c["q_lora_rank"])
+                lin("self_attn.indexer.wk", di, d)
+                out += [Entry(p + "self_attn.indexer.k_norm.weight", (di,), "norm", "F32"),
+                        Entry(p + "self_attn.indexer.k_norm.bias", (di,), "small", "F32")]
+                lin("self_attn.indexer.weights_proj", ni, d)
         if i < c["first_k_dense_replace"] or i % c["moe_layer_freq"]:
             lin("mlp.gate_proj", c["intermediate_size"], d)
             lin("mlp.up_proj", c["intermediate_size"], d)
@@ -283,7 +323,7 @@ def layout(arch, config):
     """The logical tensors of a tiny checkpoint, in generation order."""
     if arch == "deepseek_v32":
         return deepseek_v32_layout(config)
-    if arch == "kimi_linear":
+    if arch in ("kimi_linear", "dayzero_hybrid"):
         return kimi_layout(config)
     return kimi_layout(config["text_config"], prefix="language_model.")
 
@@ -331,6 +371,8 @@ def weights(arch, config, seed, decisive=True):
     logical = {e.name: _draw(e, seed, kda_heads) for e in entries}
     if arch == "deepseek_v32" and decisive:
         decisive_v32.shape_weights(config, logical, seed)
+    elif arch == "dayzero_hybrid" and decisive:
+        decisive_hybrid.shape_weights(config, logical, seed, KIMI_NUM_RANKS)
     elif decisive:
         prefix = "language_model." if arch == "kimi_k3" else ""
         decisive_kimi.shape_weights(text, logical, seed, prefix, KIMI_NUM_RANKS)

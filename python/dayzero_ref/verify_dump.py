@@ -3,13 +3,15 @@
 python -m dayzero_ref.verify_dump MODEL_DIR OUT_DIR [--token-ids 1,2,3] [--kv-cache-dtype fp8|bf16]
 
 The reference follows config.json's model_type: deepseek_v32 → DeepseekV32Reference (kv cache
-default fp8), kimi_linear / kimi_k3 → kimi.KimiReference (kv cache default bf16).
+default fp8), kimi_linear / kimi_k3 → kimi.KimiReference, dayzero_hybrid → hybrid.HybridReference
+(kv cache default bf16).
 Writes OUT_DIR/L{layer}.{name}.npy (float32; the globals of layer −1 as Lg.{name}.npy) for every
 tap of the reference's forward (deepseek_v32.py and kimi.py list them, with the reference-only
 routing_ids / routing_weights that the engine's operator check forces), and OUT_DIR/token_ids.json.
 Without --token-ids the prompt is the decisive 65-token one of test_prompts (deepseek_v32: longer
 than the tiny checkpoint's index_topk, so the indexer really selects) or of test_prompts_kimi (Kimi:
-more than four KDA chunks of 16, the last one partial); for another checkpoint pass your own ids.
+more than four KDA chunks of 16, the last one partial); dayzero_hybrid: the 40-token prompt of test_prompts_hybrid (past index_topk 8); for another checkpoint
+pass your own ids.
 """
 
 import argparse
@@ -20,7 +22,8 @@ import sys
 import numpy as np
 import torch
 
-from dayzero_ref import deepseek_v32, kimi, test_prompts, test_prompts_kimi
+from dayzero_ref import (deepseek_v32, hybrid, kimi, test_prompts, test_prompts_hybrid,
+                         test_prompts_kimi)
 from dayzero_ref.ref_common import load_config
 
 DEFAULT_PROMPT_LENGTH = 65
@@ -35,14 +38,22 @@ def is_kimi(model_dir):
     return load_config(model_dir).get("model_type") in kimi.KIMI_MODEL_TYPES
 
 
+def is_hybrid(model_dir):
+    return load_config(model_dir).get("model_type") == hybrid.MODEL_TYPE
+
+
 def default_prompt(model_dir):
+    if is_hybrid(model_dir):
+        return test_prompts_hybrid.PROMPTS[40]
     prompts = test_prompts_kimi.PROMPTS if is_kimi(model_dir) else test_prompts.PROMPTS
     return prompts[DEFAULT_PROMPT_LENGTH]
 
 
 def dump(model_dir, out_dir, token_ids, kv_cache_dtype=None):
     """kv_cache_dtype None: the model's default (deepseek_v32 fp8, Kimi bf16)."""
-    if is_kimi(model_dir):
+    if is_hybrid(model_dir):
+        ref = hybrid.HybridReference(model_dir, kv_cache_dtype=kv_cache_dtype or "bf16")
+    elif is_kimi(model_dir):
         ref = kimi.KimiReference(model_dir, kv_cache_dtype=kv_cache_dtype or "bf16")
     else:
         ref = deepseek_v32.DeepseekV32Reference(model_dir, kv_cache_dtype=kv_cache_dtype or "fp8")

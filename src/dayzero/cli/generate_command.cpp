@@ -1,4 +1,4 @@
-// `dayzero generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P]
+// `dayzero generate [--model DIR] --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P]
 // [--top-k K] [--min-p P] [--repetition-penalty R] [--stop S]... [--seed S]`: one completion,
 // streamed to stdout as tokens arrive (incomplete UTF-8 characters and text that may start a stop
 // string held back), ending at an eos id of the checkpoint, a stop string or after N tokens.
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dayzero/cli/commands.h"
+#include "dayzero/cli/default_model.h"
 #include "dayzero/cli/generate_batch.h"
 #include "dayzero/cli/model_args.h"
 #include "dayzero/core/logging.h"
@@ -131,7 +132,7 @@ RunCommand add_generate_command(CLI::App& app) {
       "Complete a prompt, streamed to stdout; or every prompt of a JSONL file at once through "
       "the serving engine (the engine flags apply to --prompts-file only)");
   auto args = std::make_shared<GenerateArgs>();
-  add_model_options(*command, args->model);
+  add_model_options(*command, args->model, /*model_has_default=*/true);
   auto* prompt =
       command->add_option("--prompt", args->prompt, "text to complete (no chat template)");
   auto* prompts_file =
@@ -167,6 +168,9 @@ RunCommand add_generate_command(CLI::App& app) {
   return [args, prompt, prompts_file] {
     if (prompt->count() == 0 && prompts_file->count() == 0)
       return fail(make_error(StatusCode::kInvalidArgument, "give --prompt or --prompts-file"));
+    Result<std::string> dir = resolve_model_dir(args->model.model_dir);
+    if (!dir.ok()) return fail(dir.status());
+    args->model.model_dir = *dir;
     Status status = args->prompts_file.empty() ? run(*args) : run_batch(*args);
     return status.ok() ? 0 : fail(status);
   };

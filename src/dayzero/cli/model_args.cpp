@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "dayzero/cli/default_model.h"
+
 namespace dz::cli {
 
 CLI::Validator integer_at_least(int64_t min) {
@@ -24,9 +26,13 @@ CLI::Validator integer_at_least(int64_t min) {
       fmt::format("INT>={}", min));
 }
 
-void add_model_options(CLI::App& command, ModelArgs& args) {
-  command.add_option("--model", args.model_dir, "checkpoint folder (config.json, safetensors)")
-      ->required();
+void add_model_options(CLI::App& command, ModelArgs& args, bool model_has_default) {
+  if (model_has_default) {
+    command.add_option("--model", args.model_dir, default_model_help());
+  } else {
+    command.add_option("--model", args.model_dir, "checkpoint folder (config.json, safetensors)")
+        ->required();
+  }
   command
       .add_option("--kv-cache-dtype", args.kv_cache_dtype,
                   "MLA latent cache: fp8 (656-byte records, act_quant round trip), bf16, or auto "

@@ -21,8 +21,9 @@ struct ModelArgs {
   int64_t block_size = 64;
 };
 
-// --model (required), --kv-cache-dtype, --threads, --block-size.
-void add_model_options(CLI::App& command, ModelArgs& args);
+// --model, --kv-cache-dtype, --threads, --block-size. --model is required unless
+// `model_has_default` (generate, serve: then resolve_model_dir (default_model.h) fills it in).
+void add_model_options(CLI::App& command, ModelArgs& args, bool model_has_default = false);
 
 ExecContext exec_context(const ModelArgs& args);
 // Loads the checkpoint (config, tensor checks, weights) with the parsed cache dtype.

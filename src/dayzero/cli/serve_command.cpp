@@ -1,4 +1,4 @@
-// `dayzero serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY]...
+// `dayzero serve [--model DIR] [--host 127.0.0.1] [--port 8000] [--api-key KEY]...
 // [--max-queued-requests N] [--served-model-name NAME] [--max-request-bytes N] [--sse-keepalive S]
 // [--metrics-prefix P]` plus the engine flags: the OpenAI-compatible server (serving.md §5). It
 // listens at once (GET /health answers 503 until the model is loaded), logs its URL, and stops
@@ -18,6 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include "dayzero/cli/commands.h"
+#include "dayzero/cli/default_model.h"
 #include "dayzero/cli/engine_args.h"
 #include "dayzero/cli/model_args.h"
 #include "dayzero/serve/server.h"
@@ -98,7 +99,7 @@ RunCommand add_serve_command(CLI::App& app) {
       "serve",
       "OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/models, "
       "/health, /metrics, /tokenize, /detokenize");
-  add_model_options(*command, args->model);
+  add_model_options(*command, args->model, /*model_has_default=*/true);
   command->add_option("--host", args->host, "address to listen on")->capture_default_str();
   command->add_option("--port", args->port, "port to listen on (0: any free port)")
       ->check(CLI::Range(0, 65535))
@@ -128,6 +129,9 @@ RunCommand add_serve_command(CLI::App& app) {
       ->check(integer_at_least(1))
       ->capture_default_str();
   return [args] {
+    Result<std::string> dir = resolve_model_dir(args->model.model_dir);
+    if (!dir.ok()) return fail(dir.status());
+    args->model.model_dir = *dir;
     const Status status = run(*args);
     return status.ok() ? 0 : fail(status);
   };

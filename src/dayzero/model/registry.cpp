@@ -17,6 +17,9 @@ constexpr std::array kRecipes = {
                 .text_model_type = "kimi_linear",
                 .tensor_prefix = "language_model.",
                 .parse = parse_kimi_linear},
+    // dayzero's own hybrid: Kimi's KDA/FFN/AttnRes with DeepSeek-V3.2 RoPE MLA + DSA indexer
+    // (docs/recipe_dayzero_hybrid.md).
+    RecipeEntry{.model_type = "dayzero_hybrid", .parse = parse_dayzero_hybrid},
     RecipeEntry{.model_type = "glm5_next",
                 .refusal =
                     "GLM-5.3-Flash is recognised but not supported: its mHC hyper-connections "

@@ -17,7 +17,7 @@ using testing::real_config;
 TEST(Registry, ListsSupportedModelTypes) {
   auto types = supported_model_types();
   EXPECT_EQ(std::vector<std::string>(types.begin(), types.end()),
-            (std::vector<std::string>{"deepseek_v32", "kimi_linear", "kimi_k3"}));
+            (std::vector<std::string>{"deepseek_v32", "kimi_linear", "kimi_k3", "dayzero_hybrid"}));
 }
 
 TEST(Registry, MapsModelTypesToRecipes) {
@@ -45,7 +45,7 @@ TEST(Registry, RefusesUnknownModelTypeListingSupportedOnes) {
   config["model_type"] = "llama";
   EXPECT_EQ(parse_error(config),
             "config.json: field \"model_type\": unknown model_type \"llama\" (supported: "
-            "deepseek_v32, kimi_linear, kimi_k3)");
+            "deepseek_v32, kimi_linear, kimi_k3, dayzero_hybrid)");
   auto arch = parse_model_config_text(config.dump(), "config.json");
   EXPECT_EQ(arch.status().code(), StatusCode::kUnsupported);
   config.erase("model_type");

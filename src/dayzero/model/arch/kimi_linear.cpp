@@ -76,8 +76,38 @@ Result<KimiLinearAttnConfig> parse_linear_attn_config(const formats::ConfigObjec
   return c;
 }
 
-Status check_contradictions(const formats::ConfigObject& obj, const KimiLinearConfig& c) {
-  if (!c.mla_use_nope)
+// dayzero_hybrid's RoPE + indexer fields (docs/recipe_dayzero_hybrid.md).
+Result<RopeDsaConfig> parse_rope_dsa(const formats::ConfigObject& obj, const KimiLinearConfig& k) {
+  RopeDsaConfig c;
+  if (k.mla_use_nope)
+    return obj.field_error("mla_use_nope",
+                           "must be absent or false for dayzero_hybrid (its MLA uses RoPE)");
+  if (!k.q_lora_rank)
+    return obj.field_error("q_lora_rank",
+                           "is required for dayzero_hybrid (the DSA indexer reads the q latent)");
+  READ(required_number, rope_theta);
+  if (!(c.rope_theta > 1.0)) return obj.type_error("rope_theta", "a number above 1");
+  if (obj.has("rope_scaling"))
+    return obj.field_error("rope_scaling",
+                           "must be null or absent for dayzero_hybrid (plain RoPE frequencies; "
+                           "YaRN is not part of this recipe)");
+  READ(required_positive_int, index_n_heads);
+  READ(required_positive_int, index_head_dim);
+  READ(required_positive_int, index_topk);
+  READ(optional_bool, indexer_rope_interleave, false);
+  if (k.qk_rope_head_dim % 2 != 0)
+    return obj.field_error("qk_rope_head_dim",
+                           fmt::format("{} is odd; RoPE rotates pairs", k.qk_rope_head_dim));
+  if (c.index_head_dim < k.qk_rope_head_dim)
+    return obj.field_error("index_head_dim",
+                           fmt::format("{} is smaller than its rope part qk_rope_head_dim {}",
+                                       c.index_head_dim, k.qk_rope_head_dim));
+  return c;
+}
+
+Status check_contradictions(const formats::ConfigObject& obj, const KimiLinearConfig& c,
+                            KimiMlaKind mla_kind) {
+  if (mla_kind == KimiMlaKind::kNope && !c.mla_use_nope)
     return obj.field_error("mla_use_nope", "must be true: Kimi MLA with RoPE is not supported");
   DZ_RETURN_IF_ERROR(check_moe_routing_fields(
       obj, {.num_experts = {"num_experts", c.num_experts},
@@ -119,7 +149,9 @@ class KimiLinear final : public Architecture {
         prefix_(std::move(prefix)),
         vision_(vision) {}
 
-  std::string_view recipe_name() const override { return "kimi_linear"; }
+  std::string_view recipe_name() const override {
+    return config_.rope_dsa ? "dayzero_hybrid" : "kimi_linear";
+  }
   const std::string& model_type() const override { return model_type_; }
   LayerSchedule schedule() const override { return kimi_linear_schedule(config_); }
   TensorTable tensor_table() const override { return kimi_linear_tensors(config_, prefix_); }
@@ -147,7 +179,8 @@ class KimiLinear final : public Architecture {
 
 }  // namespace
 
-Result<KimiLinearConfig> parse_kimi_linear_config(const formats::ConfigObject& obj) {
+Result<KimiLinearConfig> parse_kimi_linear_config(const formats::ConfigObject& obj,
+                                                  KimiMlaKind mla_kind) {
   KimiLinearConfig c;
   READ(required_positive_int, vocab_size);
   READ(required_positive_int, hidden_size);
@@ -162,7 +195,11 @@ Result<KimiLinearConfig> parse_kimi_linear_config(const formats::ConfigObject& o
   READ(required_positive_int, qk_nope_head_dim);
   READ(required_positive_int, qk_rope_head_dim);
   READ(required_positive_int, v_head_dim);
-  READ(required_bool, mla_use_nope);
+  if (mla_kind == KimiMlaKind::kNope) {
+    READ(required_bool, mla_use_nope);
+  } else {
+    READ(optional_bool, mla_use_nope, false);
+  }
   READ(optional_bool, mla_use_output_gate, false);
   READ(required_positive_int, num_experts);
   READ(required_positive_int, num_experts_per_token);
@@ -201,7 +238,10 @@ Result<KimiLinearConfig> parse_kimi_linear_config(const formats::ConfigObject& o
   if (quant) {
     DZ_ASSIGN_OR_RETURN(c.quantization_config, formats::parse_quantization_config(*quant));
   }
-  DZ_RETURN_IF_ERROR(check_contradictions(obj, c));
+  DZ_RETURN_IF_ERROR(check_contradictions(obj, c, mla_kind));
+  if (mla_kind == KimiMlaKind::kRopeDsa) {
+    DZ_ASSIGN_OR_RETURN(c.rope_dsa, parse_rope_dsa(obj, c));
+  }
   return c;
 }
 
@@ -215,6 +255,7 @@ LayerSchedule kimi_linear_schedule(const KimiLinearConfig& c) {
     LayerSpec layer{
         .layer_id = i,
         .attention = std::binary_search(kda.begin(), kda.end(), i) ? AttentionKind::kKda
+                     : c.rope_dsa                                  ? AttentionKind::kMlaDsa
                                                                    : AttentionKind::kMla,
         .ffn = !moe ? FfnKind::kDenseMlp
                     : (c.routed_expert_hidden_size ? FfnKind::kLatentMoe : FfnKind::kMoe),
@@ -298,7 +339,8 @@ TensorTable kimi_linear_tensors(const KimiLinearConfig& c, const std::string& pr
       table.add_float(p + "self_attn.o_norm.weight", {la.head_dim}, kda_small, kda);
       table.add_linear(p + "self_attn.o_proj", d, kda_width, plain, kda);
     } else {
-      // NoPE MLA (models.md §2.5), optionally with q LoRA and the per-head output gate.
+      // NoPE MLA (models.md §2.5), optionally with q LoRA and the per-head output gate; RoPE MLA
+      // (same tensors) plus the DSA indexer for dayzero_hybrid.
       Scope attn = scope(Component::kAttention);
       const int64_t qk_head = c.qk_nope_head_dim + c.qk_rope_head_dim;
       if (c.q_lora_rank) {
@@ -316,6 +358,18 @@ TensorTable kimi_linear_tensors(const KimiLinearConfig& c, const std::string& pr
       if (c.mla_use_output_gate)
         table.add_linear(p + "self_attn.g_proj", heads * c.v_head_dim, d, plain, attn);
       table.add_linear(p + "self_attn.o_proj", d, heads * c.v_head_dim, plain, attn);
+      if (c.rope_dsa) {  // as deepseek_v32 (models.md §3.1)
+        const RopeDsaConfig& r = *c.rope_dsa;
+        Scope indexer = scope(Component::kIndexer);
+        table.add_linear(p + "self_attn.indexer.wq_b", r.index_n_heads * r.index_head_dim,
+                         *c.q_lora_rank, plain, indexer);
+        table.add_linear(p + "self_attn.indexer.wk", r.index_head_dim, d, plain, indexer);
+        table.add_float(p + "self_attn.indexer.k_norm.weight", {r.index_head_dim}, DType::kF32,
+                        indexer);
+        table.add_float(p + "self_attn.indexer.k_norm.bias", {r.index_head_dim}, DType::kF32,
+                        indexer);
+        table.add_linear(p + "self_attn.indexer.weights_proj", r.index_n_heads, d, plain, indexer);
+      }
     }
 
     if (layer.ffn == FfnKind::kDenseMlp) {
@@ -355,6 +409,13 @@ TensorTable kimi_linear_tensors(const KimiLinearConfig& c, const std::string& pr
 
 Result<std::unique_ptr<Architecture>> parse_kimi_linear(const RecipeInput& input) {
   DZ_ASSIGN_OR_RETURN(KimiLinearConfig config, parse_kimi_linear_config(input.text));
+  return std::unique_ptr<Architecture>(std::make_unique<KimiLinear>(
+      std::move(config), input.model_type, input.tensor_prefix, input.root.has("vision_config")));
+}
+
+Result<std::unique_ptr<Architecture>> parse_dayzero_hybrid(const RecipeInput& input) {
+  DZ_ASSIGN_OR_RETURN(KimiLinearConfig config,
+                      parse_kimi_linear_config(input.text, KimiMlaKind::kRopeDsa));
   return std::unique_ptr<Architecture>(std::make_unique<KimiLinear>(
       std::move(config), input.model_type, input.tensor_prefix, input.root.has("vision_config")));
 }

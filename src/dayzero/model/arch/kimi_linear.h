@@ -4,6 +4,8 @@
 // from dimensions: q_lora_rank (q LoRA in MLA), mla_use_output_gate (gated MLA),
 // linear_attn_config.use_full_rank_gate / gate_lower_bound (KDA output gate, bounded decay),
 // attn_res_block_size (AttnRes), routed_expert_hidden_size (latent MoE), hidden_act "situ".
+// The same recipe reads `dayzero_hybrid` (docs/recipe_dayzero_hybrid.md): a flat Kimi config whose
+// full_attn_layers are DeepSeek-V3.2 MLA with RoPE and the DSA lightning indexer (`rope_dsa`).
 
 #include <cstdint>
 #include <memory>
@@ -28,6 +30,16 @@ struct KimiLinearAttnConfig {
   std::optional<double> gate_lower_bound;  // set: bounded "safe" gate (models.md §4.2)
 };
 
+// dayzero_hybrid only: the MLA layers rotate the rope part (interleaved, plain frequencies
+// rope_theta^(−2i/d_r)) and are made sparse by the DSA indexer (models.md §3).
+struct RopeDsaConfig {
+  double rope_theta = 10000.0;
+  int64_t index_n_heads = 0;
+  int64_t index_head_dim = 0;
+  int64_t index_topk = 0;
+  bool indexer_rope_interleave = false;  // false: rotate-half, as DeepSeek-V3.2 (models.md §3.5)
+};
+
 struct KimiLinearConfig {
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -39,7 +51,7 @@ struct KimiLinearConfig {
   int64_t qk_nope_head_dim = 0;
   int64_t qk_rope_head_dim = 0;
   int64_t v_head_dim = 0;
-  bool mla_use_nope = false;  // must be true: Kimi MLA has no rotary embedding
+  bool mla_use_nope = false;  // must be true for Kimi (NoPE MLA), absent or false with rope_dsa
   bool mla_use_output_gate = false;
   int64_t num_experts = 0;
   int64_t num_experts_per_token = 0;
@@ -63,10 +75,16 @@ struct KimiLinearConfig {
   bool tie_word_embeddings = false;
   KimiLinearAttnConfig linear_attn_config;
   formats::QuantizationConfig quantization_config;  // none or compressed-tensors MXFP4 experts
+  std::optional<RopeDsaConfig> rope_dsa;            // set for dayzero_hybrid
 };
 
+// Which MLA the parser accepts: Kimi's NoPE MLA, or (dayzero_hybrid) RoPE MLA with the indexer,
+// which also requires q_lora_rank and reads RopeDsaConfig's fields.
+enum class KimiMlaKind : unsigned char { kNope, kRopeDsa };
+
 // `config` is the decoder's object (the top level for kimi_linear, text_config for kimi_k3).
-Result<KimiLinearConfig> parse_kimi_linear_config(const formats::ConfigObject& config);
+Result<KimiLinearConfig> parse_kimi_linear_config(const formats::ConfigObject& config,
+                                                  KimiMlaKind mla_kind = KimiMlaKind::kNope);
 LayerSchedule kimi_linear_schedule(const KimiLinearConfig& config);
 TensorTable kimi_linear_tensors(const KimiLinearConfig& config, const std::string& prefix);
 
@@ -76,7 +94,8 @@ Result<std::unique_ptr<CausalLm>> load_kimi_linear_model(
     const KimiLinearConfig& config, const std::string& model_type, const std::string& prefix,
     std::unique_ptr<formats::Checkpoint> checkpoint, const ModelOptions& options);
 
-// The registry's entry point for kimi_linear and kimi_k3.
+// The registry's entry points: kimi_linear and kimi_k3; dayzero_hybrid.
 Result<std::unique_ptr<Architecture>> parse_kimi_linear(const RecipeInput& input);
+Result<std::unique_ptr<Architecture>> parse_dayzero_hybrid(const RecipeInput& input);
 
 }  // namespace dz::model

@@ -1,10 +1,12 @@
 // Builds the runnable kimi_linear / kimi_k3 model (models.md §7.2–7.3) as a HybridModel: KDA and
-// NoPE-MLA layers, SwiGLU or SiTU FFNs, MoE or latent MoE, and AttnRes when the config asks.
+// NoPE-MLA layers, SwiGLU or SiTU FFNs, MoE or latent MoE, and AttnRes when the config asks. For
+// dayzero_hybrid the MLA layers rotate their rope part and carry the DSA indexer.
 
 #include <cmath>
 
 #include <fmt/format.h>
 
+#include "dayzero/kernels/rope.h"
 #include "dayzero/model/arch/kimi_linear.h"
 #include "dayzero/model/blocks/attn_res.h"
 #include "dayzero/model/hybrid_model.h"
@@ -48,6 +50,10 @@ class KimiLoader {
     } else {
       DZ_ASSIGN_OR_RETURN(MlaWeights mla, mla_weights(p + "self_attn."));
       layer.mla = std::make_unique<MlaBlock>(mla_config(), std::move(mla));
+      if (c_.rope_dsa) {
+        DZ_ASSIGN_OR_RETURN(DsaIndexerWeights index, indexer_weights(p + "self_attn.indexer."));
+        layer.indexer = std::make_unique<DsaIndexer>(indexer_config(), std::move(index));
+      }
     }
     if (spec.ffn == FfnKind::kDenseMlp) {
       DZ_ASSIGN_OR_RETURN(layer.dense_mlp, loader_.gated_mlp(p + "mlp."));
@@ -109,6 +115,38 @@ class KimiLoader {
     return w;
   }
 
+  // dayzero_hybrid: plain frequencies rope_theta^(−2i/d_r), no YaRN (refused by the parser).
+  std::optional<kernels::RopeFrequencies> rope() const {
+    if (!c_.rope_dsa) return std::nullopt;
+    return kernels::plain_rope_frequencies(c_.qk_rope_head_dim, c_.rope_dsa->rope_theta);
+  }
+
+  DsaIndexerConfig indexer_config() const {
+    const RopeDsaConfig& r = *c_.rope_dsa;
+    return DsaIndexerConfig{
+        .hidden_size = c_.hidden_size,
+        .q_lora_rank = *c_.q_lora_rank,
+        .index_n_heads = r.index_n_heads,
+        .index_head_dim = r.index_head_dim,
+        .index_topk = r.index_topk,
+        .rope = *rope(),
+        .rope_layout = r.indexer_rope_interleave ? kernels::RopeLayout::kInterleaved
+                                                 : kernels::RopeLayout::kRotateHalf,
+        .k_norm_eps = 1e-6f,  // DeepSeek's LayerNorm default, as deepseek_v32
+    };
+  }
+
+  Result<DsaIndexerWeights> indexer_weights(const std::string& a) const {
+    const int64_t d_i = c_.rope_dsa->index_head_dim;
+    DsaIndexerWeights w;
+    DZ_ASSIGN_OR_RETURN(w.wq_b, loader_.linear(a + "wq_b"));
+    DZ_ASSIGN_OR_RETURN(w.wk, loader_.linear(a + "wk"));
+    DZ_ASSIGN_OR_RETURN(w.k_norm_weight, loader_.floats(a + "k_norm.weight", d_i));
+    DZ_ASSIGN_OR_RETURN(w.k_norm_bias, loader_.floats(a + "k_norm.bias", d_i));
+    DZ_ASSIGN_OR_RETURN(w.weights_proj, loader_.linear(a + "weights_proj"));
+    return w;
+  }
+
   MlaConfig mla_config() const {
     const auto eps = static_cast<float>(c_.rms_norm_eps);
     return MlaConfig{
@@ -119,14 +157,14 @@ class KimiLoader {
         .qk_nope_head_dim = c_.qk_nope_head_dim,
         .qk_rope_head_dim = c_.qk_rope_head_dim,
         .v_head_dim = c_.v_head_dim,
-        // NoPE: no YaRN factor, so the plain (d_n + d_r)^(−1/2) (models.md §2.5).
+        // No YaRN factor (NoPE, or dayzero_hybrid's plain RoPE): (d_n + d_r)^(−1/2) (§2.5).
         .softmax_scale = static_cast<float>(
             std::pow(static_cast<double>(c_.qk_nope_head_dim + c_.qk_rope_head_dim), -0.5)),
         .q_norm_eps = eps,
-        // Kimi-Linear's modeling file builds kv_a_layernorm with its default 1e-6; K3's uses
-        // rms_norm_eps (models.md §2.5).
-        .kv_norm_eps = model_type_ == "kimi_k3" ? eps : 1e-6f,
-        .rope = std::nullopt,
+        // Kimi-Linear's modeling file builds kv_a_layernorm with its default 1e-6; K3's and
+        // dayzero_hybrid's use rms_norm_eps (models.md §2.5).
+        .kv_norm_eps = model_type_ == "kimi_linear" ? 1e-6f : eps,
+        .rope = rope(),
         .output_gate = c_.mla_use_output_gate,
     };
   }
