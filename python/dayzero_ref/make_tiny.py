@@ -2,9 +2,10 @@
 
     /usr/bin/python3 -m dayzero_ref.make_tiny ARCH OUTDIR --seed N [--shard-bytes B]
 
-ARCH is deepseek_v32, kimi_linear, kimi_k3 or dayzero_hybrid. OUTDIR receives config.json (published field names and
-nesting), generation_config.json, the tokenizer files, and the weights: model.safetensors, or shards plus
-model.safetensors.index.json (kimi_k3 by default, any arch with --shard-bytes).
+ARCH is deepseek_v32, kimi_linear, kimi_k3 or dayzero_hybrid. OUTDIR receives config.json
+(published field names and nesting), generation_config.json, the tokenizer files, and the
+weights: model.safetensors, or shards plus model.safetensors.index.json (kimi_k3 by default, any
+arch with --shard-bytes).
 
 Weights (models.md §8), N(mean, variance): projections N(0, 1/in); norm weights 1 + N(0, 0.1); router
 bias N(0, 0.5); embeddings N(0, 1); KDA A_log spread evenly over [0, ln 16] across heads and dt_bias

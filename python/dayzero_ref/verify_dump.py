@@ -10,8 +10,8 @@ tap of the reference's forward (deepseek_v32.py and kimi.py list them, with the 
 routing_ids / routing_weights that the engine's operator check forces), and OUT_DIR/token_ids.json.
 Without --token-ids the prompt is the decisive 65-token one of test_prompts (deepseek_v32: longer
 than the tiny checkpoint's index_topk, so the indexer really selects) or of test_prompts_kimi (Kimi:
-more than four KDA chunks of 16, the last one partial); dayzero_hybrid: the 40-token prompt of test_prompts_hybrid (past index_topk 8); for another checkpoint
-pass your own ids.
+more than four KDA chunks of 16, the last one partial); dayzero_hybrid: the 40-token prompt of
+test_prompts_hybrid (past index_topk 8). For another checkpoint pass your own ids.
 """
 
 import argparse

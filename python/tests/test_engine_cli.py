@@ -34,8 +34,8 @@ from cli_support import run_dayzero, skip_unless_built
 from dayzero_ref import make_tiny
 
 
-ARCHS = ("deepseek_v32", "kimi_linear", "kimi_k3")
-HYBRID = ("kimi_linear", "kimi_k3")
+ARCHS = ("deepseek_v32", "kimi_linear", "kimi_k3", "dayzero_hybrid")
+HYBRID = ("kimi_linear", "kimi_k3", "dayzero_hybrid")
 BLOCK = 16
 LENGTHS = (5, 17, 33, 65, 100, 16)
 MAX_TOKENS = 12
@@ -49,7 +49,7 @@ def test_prompt(arch, length):
     # pylint: disable=import-outside-toplevel
     if arch == "deepseek_v32":
         from dayzero_ref import test_prompts as prompts
-    else:
+    else:  # Kimi's (random regular ids) serve dayzero_hybrid too: engine-vs-engine comparisons
         from dayzero_ref import test_prompts_kimi as prompts
     return [int(t) for t in dict(prompts.PROMPTS)[length]]
 
