@@ -21,6 +21,9 @@ RunCommand add_logits_command(CLI::App& app);
 // `dayzero generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P]
 // [--seed S]`.
 RunCommand add_generate_command(CLI::App& app);
+// `dayzero perplexity [--model DIR] (--file TEXT | --token-ids-file IDS) [--context N]
+// [--max-windows K] [--bos] [--json]`: llama-perplexity over windows of N tokens.
+RunCommand add_perplexity_command(CLI::App& app);
 // `dayzero verify --model DIR [--token-ids 1,2,3] [--kv-cache-dtype fp8|bf16] [--python PATH]`.
 RunCommand add_verify_command(CLI::App& app);
 // `dayzero serve --model DIR [--host H] [--port P] [--api-key KEY]... [--max-queued-requests N]`

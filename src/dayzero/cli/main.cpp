@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   add(dz::cli::add_tokenize_command);
   add(dz::cli::add_logits_command);
   add(dz::cli::add_generate_command);
+  add(dz::cli::add_perplexity_command);
   add(dz::cli::add_verify_command);
   add(dz::cli::add_serve_command);
   add(dz::cli::add_chat_template_command);
