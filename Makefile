@@ -18,13 +18,12 @@ $(BUILD)/build.ninja:
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD)
 
-# Serves the tiny generated deepseek_v32 checkpoint (random weights: the plumbing, not the text)
-# on http://127.0.0.1:$(PORT) until the demo-model issue ships a trained default.
+# Serves dayzero's own demo model (models/demo, docs/demo_model.md: the default when no --model is
+# given) on http://127.0.0.1:$(PORT); RUN_ARGS adds flags, e.g. RUN_ARGS="--model DIR".
 PORT ?= 8000
-RUN_MODEL ?= $(BUILD)/ds-tiny
+RUN_ARGS ?=
 run: build
-	test -f $(RUN_MODEL)/config.json || PYTHONPATH=python /usr/bin/python3 -m dayzero_ref.make_tiny deepseek_v32 $(RUN_MODEL) --seed 0
-	$(BUILD)/src/dayzero/cli/dayzero serve --model $(RUN_MODEL) --port $(PORT) --max-model-len 1024
+	$(BUILD)/src/dayzero/cli/dayzero serve --port $(PORT) $(RUN_ARGS)
 
 # Everything CI runs: the ASan+UBSan unit tests, the bounded fuzz runs, then the full suite.
 test: build asan fuzz

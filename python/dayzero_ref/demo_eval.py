@@ -3,16 +3,18 @@ tests read, and the choice of the greedy-generation test prompts.
 
     cd python
     /usr/bin/python3 -m dayzero_ref.demo_eval write-data      # tests/data/demo/{excerpt.txt,unigram_counts.json}
-    /usr/bin/python3 -m dayzero_ref.demo_eval margins ../models/demo "The" "In the"...
+    ../build/src/dayzero/cli/dayzero generate --model ../models/demo --prompts-file P.jsonl \
+        --temperature 0 --max-tokens 64 > OUT.jsonl
+    /usr/bin/python3 -m dayzero_ref.demo_eval margins ../models/demo P.jsonl OUT.jsonl
 
 - The excerpt is the start of Brown file cc17, a held-out document (docs/demo_model_data.md);
   Brown may be redistributed. Cut at a sentence end after `kExcerptChars` characters.
 - Unigram counts: how often each token id occurs in the tokenized training split (documents as
   <|bos|> text <|eos|>, what the model trained on); the baseline is add-one smoothed.
-- `margins` runs greedy generation in the PyTorch reference and prints, per prompt, the smallest
-  gap between the top two logits over the generated tokens and whether EOS came early: the
-  greedy test uses prompts whose gaps are far above the engine–reference difference
-  (models.md §8.1), so a near-tie cannot fail it.
+- `margins` replays the engine's greedy generations through the PyTorch reference (teacher
+  forcing) and prints, per prompt, whether the reference picks every token too, the smallest gap
+  between its top two logits, and whether EOS came: the greedy test uses prompts whose gaps are far
+  above the engine–reference difference (models.md §8.1), so a near-tie cannot fail it.
 """
 
 import argparse
@@ -57,32 +59,30 @@ def write_data(train_ids_path):
     print(f"wrote {kExcerpt} ({end} characters) and {kUnigram}")
 
 
-def greedy_with_margins(ref, prompt_ids, max_tokens):
-    """(generated ids, top-1 minus top-2 logit at each step) of greedy decoding in the reference."""
-    ids = list(prompt_ids)
-    out, margins = [], []
-    for _ in range(max_tokens):
-        logits = ref.forward(ids)[-1]
-        top = torch.topk(logits, 2)
-        out.append(int(top.indices[0]))
-        margins.append(float(top.values[0] - top.values[1]))
-        ids.append(out[-1])
-        if out[-1] == EOS:
-            break
-    return out, margins
+def teacher_forced_margins(ref, prompt_ids, tokens):
+    """For generated `tokens` after `prompt_ids`: (the reference's argmax at each step given the
+    same prefix, its top-1 minus top-2 logit gap). When every argmax equals the token, greedy
+    decoding in the reference produces exactly `tokens` (by induction over the steps)."""
+    with torch.no_grad():
+        logits = ref.forward(list(prompt_ids) + list(tokens[:-1]))[len(prompt_ids) - 1:]
+    top = torch.topk(logits, 2, dim=-1)
+    return top.indices[:, 0].tolist(), (top.values[:, 0] - top.values[:, 1]).tolist()
 
 
-def margins_command(model_dir, prompts, max_tokens):
+def margins_command(model_dir, prompts_file, outputs_file):
     from dayzero_ref.bpe_train import ByteLevelBpe
     from dayzero_ref.hybrid import HybridReference
     tokenizer = ByteLevelBpe.load(Path(model_dir) / "tokenizer.json")
     ref = HybridReference(model_dir)
-    for prompt in prompts:
-        ids = tokenizer.encode(prompt, allow_special=False)
-        out, margins = greedy_with_margins(ref, ids, max_tokens)
-        print(json.dumps({"prompt": prompt, "min_margin": round(min(margins), 4),
-                          "tokens": len(out), "eos": out[-1] == EOS,
-                          "text": tokenizer.decode(out)}), flush=True)
+    prompts = [json.loads(line)["prompt"] for line in Path(prompts_file).read_text().splitlines()]
+    outputs = [json.loads(line) for line in Path(outputs_file).read_text().splitlines()]
+    for prompt, out in zip(prompts, outputs):
+        tokens = out["tokens"]
+        argmax, margins = teacher_forced_margins(
+            ref, tokenizer.encode(prompt, allow_special=False), tokens)
+        print(json.dumps({"prompt": prompt, "agree": argmax == tokens,
+                          "min_margin": round(min(margins), 4), "tokens": len(tokens),
+                          "eos": EOS in tokens, "text": out["text"]}), flush=True)
 
 
 def main(argv=None):
@@ -93,14 +93,14 @@ def main(argv=None):
                    default=Path.home() / ".cache/dayzero/demo-train/train_ids.npy")
     m = sub.add_parser("margins")
     m.add_argument("model_dir")
-    m.add_argument("prompts", nargs="+")
-    m.add_argument("--max-tokens", type=int, default=64)
+    m.add_argument("prompts_file", help="the JSONL given to dayzero generate --prompts-file")
+    m.add_argument("outputs_file", help="what it printed (greedy: --temperature 0)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.command == "write-data":
         write_data(args.train_ids)
     else:
-        margins_command(args.model_dir, args.prompts, args.max_tokens)
+        margins_command(args.model_dir, args.prompts_file, args.outputs_file)
 
 
 if __name__ == "__main__":
