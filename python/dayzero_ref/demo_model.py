@@ -27,9 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from dayzero_ref import formats
-
-MXFP4_IGNORE = ["re:.*self_attn.*", "re:.*shared_experts.*", r"re:.*mlp\.(gate|up|down)_proj$",
-                r"re:.*routed_expert_(down|up)_proj$", "re:.*_res_proj$", "re:.*lm_head$"]
+from dayzero_ref.make_tiny import mxfp4_experts_config
 
 DEMO_CONFIG = {
     "architectures": ["DayzeroHybridForCausalLM"],
@@ -75,16 +73,7 @@ DEMO_CONFIG = {
     "eos_token_id": 1,
     "pad_token_id": 2,
     "torch_dtype": "bfloat16",
-    "quantization_config": {
-        "quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized",
-        "quantization_status": "compressed", "kv_cache_scheme": None,
-        "config_groups": {"group_0": {
-            "targets": ["Linear"], "input_activations": None, "output_activations": None,
-            "weights": {"num_bits": 4, "type": "float", "group_size": 32, "strategy": "group",
-                        "symmetric": True, "dynamic": False, "actorder": None,
-                        "block_structure": None, "observer": "minmax", "observer_kwargs": {}}}},
-        "ignore": MXFP4_IGNORE,
-    },
+    "quantization_config": mxfp4_experts_config(),
 }
 
 KDA_CHUNK = 16

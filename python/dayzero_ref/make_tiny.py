@@ -116,18 +116,7 @@ def kimi_k3_config():
         "moe_intermediate_size": 64, "routed_expert_hidden_size": 64, "latent_moe_use_norm": True,
         "topk_method": "noaux_tc", "routed_scaling_factor": 1.0, "hidden_act": "situ",
         "activation_situ_beta": 4.0, "activation_situ_linear_beta": 25.0, "attn_res_block_size": 2,
-        "quantization_config": {
-            "quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized",
-            "quantization_status": "compressed", "kv_cache_scheme": None,
-            "config_groups": {"group_0": {
-                "targets": ["Linear"], "input_activations": None, "output_activations": None,
-                "weights": {"num_bits": 4, "type": "float", "group_size": 32, "strategy": "group",
-                            "symmetric": True, "dynamic": False, "actorder": None,
-                            "block_structure": None, "observer": "minmax", "observer_kwargs": {}}}},
-            "ignore": ["re:.*self_attn.*", "re:.*shared_experts.*", r"re:.*mlp\.(gate|up|down)_proj$",
-                       r"re:.*routed_expert_(down|up)_proj$", "re:.*_res_proj$", "re:.*lm_head$",
-                       "re:.*vision_tower.*", "re:.*mm_projector.*"],
-        },
+        "quantization_config": mxfp4_experts_config(("re:.*vision_tower.*", "re:.*mm_projector.*")),
     })
     return {
         "architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3",
@@ -136,7 +125,9 @@ def kimi_k3_config():
     }
 
 
-def _mxfp4_experts_config():
+def mxfp4_experts_config(extra_ignore=()):
+    """compressed-tensors `mxfp4-pack-quantized` for the routed experts only (Kimi-K3's layout):
+    everything but `experts.*` is listed in `ignore`."""
     return {
         "quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized",
         "quantization_status": "compressed", "kv_cache_scheme": None,
@@ -146,7 +137,8 @@ def _mxfp4_experts_config():
                         "symmetric": True, "dynamic": False, "actorder": None,
                         "block_structure": None, "observer": "minmax", "observer_kwargs": {}}}},
         "ignore": ["re:.*self_attn.*", "re:.*shared_experts.*", r"re:.*mlp\.(gate|up|down)_proj$",
-                   r"re:.*routed_expert_(down|up)_proj$", "re:.*_res_proj$", "re:.*lm_head$"],
+                   r"re:.*routed_expert_(down|up)_proj$", "re:.*_res_proj$", "re:.*lm_head$",
+                   *extra_ignore],
     }
 
 
@@ -163,7 +155,7 @@ def dayzero_hybrid_config():
         "num_experts": 16, "num_experts_per_token": 4, "num_shared_experts": 1,
         "moe_intermediate_size": 64, "routed_expert_hidden_size": 64, "latent_moe_use_norm": True,
         "routed_scaling_factor": 2.0, "hidden_act": "silu", "attn_res_block_size": 2,
-        "quantization_config": _mxfp4_experts_config(),
+        "quantization_config": mxfp4_experts_config(),
     })
     return c
 
