@@ -13,8 +13,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <ctime>
 #include <map>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "dayzero/core/arena.h"
@@ -60,63 +62,109 @@ const Inputs& inputs() {
   return in;
 }
 
-std::map<int64_t, double> g_tokens_per_s;  // chunk size (0: recurrent) → tokens/s
+// 1-thread ceilings (GEMM only), for the per-core fraction: GFLOP per CPU-second against one core.
+const dz::bench::MachineLimits& core_limits() {
+  static const dz::bench::MachineLimits limits = [] {
+    dz::bench::LimitsOptions options;
+    options.num_threads = 1;
+    options.dram_bytes = 64LL << 20;  // unused here; keep the DRAM pass short
+    options.min_seconds = 0.5;
+    const dz::bench::MachineLimits l = dz::bench::measure_limits(options);
+    std::fprintf(stderr, "1-thread limits: FP32 GEMM %.0f GFLOP/s (%s), BF16 %.0f (%s)\n",
+                 l.gemm_f32_gflops, l.gemm_f32_impl.c_str(), l.gemm_bf16_gflops,
+                 l.gemm_bf16_impl.c_str());
+    return l;
+  }();
+  return limits;
+}
 
-void report(benchmark::State& state, double seconds, double flops, int64_t key) {
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+struct Rates {
+  double wall = 0, cpu = 0;  // tokens per second, tokens per CPU-second
+};
+std::map<std::pair<int64_t, int64_t>, Rates> g_rates;  // (chunk size, 0: recurrent; threads)
+
+void report(benchmark::State& state, double seconds, double cpu, double flops, int64_t key,
+            int64_t threads) {
   const double iters = static_cast<double>(state.iterations());
   const double gflops = flops * iters / seconds / 1e9;
+  const double gflops_cpu = flops * iters / cpu / 1e9;
   state.counters["tokens/s"] = static_cast<double>(kTokens) * iters / seconds;
+  state.counters["tokens/cpu_s"] = static_cast<double>(kTokens) * iters / cpu;
   state.counters["GFLOP/s"] = gflops;
-  state.counters["of_f32_gemm"] = gflops / dz::bench::limits_for_this_run().gemm_f32_gflops;
-  g_tokens_per_s[key] = static_cast<double>(kTokens) * iters / seconds;
+  // Against the same run's limits: wall rate vs the GEMM peak at this thread count (the all-thread
+  // limit for 2 threads), and GFLOP per CPU-second vs one core's FP32 and BF16 GEMM peak.
+  const auto& all = dz::bench::limits_for_this_run();
+  state.counters["of_f32_gemm"] =
+      gflops / (threads == 1 ? core_limits().gemm_f32_gflops : all.gemm_f32_gflops);
+  state.counters["core_of_f32"] = gflops_cpu / core_limits().gemm_f32_gflops;
+  state.counters["core_of_bf16"] = gflops_cpu / core_limits().gemm_bf16_gflops;
+  g_rates[{key, threads}] = {static_cast<double>(kTokens) * iters / seconds,
+                             static_cast<double>(kTokens) * iters / cpu};
 }
 
 void BM_KdaChunked(benchmark::State& state) {
-  const int64_t chunk = state.range(0);
+  const int64_t chunk = state.range(0), threads = state.range(1);
   dz::bench::limits_for_this_run();
-  const dz::ExecContext ctx{dz::default_num_threads()};
+  core_limits();
+  const dz::ExecContext ctx{static_cast<int>(threads)};
   const Inputs& in = inputs();
   std::vector<float> s = in.state, out(in.out.size());
   dz::Arena arena(dz::kernels::kda_chunked_scratch_bytes(ctx, kDims, chunk));
   const auto start = std::chrono::steady_clock::now();
+  const double cpu0 = cpu_seconds();
   for (auto _ : state) {
     arena.reset();
     dz::kernels::kda_chunked(ctx, kDims, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
                              in.beta.data(), kTokens, 0, chunk, s.data(), out.data(), arena);
     benchmark::DoNotOptimize(out.data());
   }
+  const double cpu = cpu_seconds() - cpu0;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double n = static_cast<double>(chunk), d = kDim;
   const double flops = static_cast<double>(kHeads) * static_cast<double>(kTokens / chunk) *
                        (6 * n * d * d + 4 * n * n * d);
-  report(state, seconds, flops, chunk);
+  report(state, seconds, cpu, flops, chunk, threads);
 }
 
 void BM_KdaRecurrent(benchmark::State& state) {
+  const int64_t threads = state.range(0);
   dz::bench::limits_for_this_run();
-  const dz::ExecContext ctx{dz::default_num_threads()};
+  core_limits();
+  const dz::ExecContext ctx{static_cast<int>(threads)};
   const Inputs& in = inputs();
   std::vector<float> s = in.state, out(in.out.size());
   const auto start = std::chrono::steady_clock::now();
+  const double cpu0 = cpu_seconds();
   for (auto _ : state) {
     dz::kernels::kda_recurrent(ctx, kDims, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
                                in.beta.data(), kTokens, s.data(), out.data());
     benchmark::DoNotOptimize(out.data());
   }
+  const double cpu = cpu_seconds() - cpu0;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  report(state, seconds, static_cast<double>(kHeads * kTokens) * 7.0 * kDim * kDim, 0);
+  report(state, seconds, cpu, static_cast<double>(kHeads * kTokens) * 7.0 * kDim * kDim, 0,
+         threads);
 }
 
 BENCHMARK(BM_KdaChunked)
-    ->Arg(16)
-    ->Arg(32)
-    ->Arg(64)
-    ->ArgName("chunk")
+    ->ArgsProduct({{16, 32, 64}, {1, 2}})
+    ->ArgNames({"chunk", "threads"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_KdaRecurrent)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_KdaRecurrent)
+    ->Arg(1)
+    ->Arg(2)
+    ->ArgName("threads")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
@@ -125,16 +173,19 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  const auto rec = g_tokens_per_s.find(0);
-  for (int64_t chunk : {16, 32, 64}) {
-    const auto ch = g_tokens_per_s.find(chunk);
-    if (rec == g_tokens_per_s.end() || ch == g_tokens_per_s.end()) continue;
-    std::printf(
-        "T %lld, H %lld, d %lld: chunked (C %lld) %.0f tokens/s, recurrent %.0f tokens/s, "
-        "ratio %.1fx\n",
-        static_cast<long long>(kTokens), static_cast<long long>(kHeads),
-        static_cast<long long>(kDim), static_cast<long long>(chunk), ch->second, rec->second,
-        ch->second / rec->second);
+  for (int64_t threads : {1, 2}) {
+    const auto rec = g_rates.find({0, threads});
+    for (int64_t chunk : {16, 32, 64}) {
+      const auto ch = g_rates.find({chunk, threads});
+      if (rec == g_rates.end() || ch == g_rates.end()) continue;
+      std::printf(
+          "T %lld, H %lld, d %lld, %lld thread(s): chunked (C %lld) %.0f tokens/s, recurrent %.0f "
+          "tokens/s, ratio %.2fx (by CPU time %.2fx)\n",
+          static_cast<long long>(kTokens), static_cast<long long>(kHeads),
+          static_cast<long long>(kDim), static_cast<long long>(threads),
+          static_cast<long long>(chunk), ch->second.wall, rec->second.wall,
+          ch->second.wall / rec->second.wall, ch->second.cpu / rec->second.cpu);
+    }
   }
   return 0;
 }

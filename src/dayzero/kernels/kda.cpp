@@ -22,8 +22,8 @@ size_t chunk_buffer_bytes(const KdaDims& dims, int64_t chunk_size) {
   const auto d = static_cast<size_t>(dims.head_dim);
   const auto c = static_cast<size_t>(chunk_size);
   const auto cp = static_cast<size_t>(padded_chunk(chunk_size));
-  return 4 * align64(c * d * 4) + 4 * align64(d * cp * 4) + 2 * align64(c * c * 4) +
-         2 * align64(d * 4);
+  return 2 * align64(cp * d * 4) + 2 * align64(c * d * 4) + 4 * align64(d * cp * 4) +
+         2 * align64(cp * cp * 4) + 2 * align64(d * 4);
 }
 
 ChunkBuffers carve_chunk_buffers(std::byte* base, const KdaDims& dims, int64_t chunk_size) {
@@ -37,16 +37,16 @@ ChunkBuffers carve_chunk_buffers(std::byte* base, const KdaDims& dims, int64_t c
     return p;
   };
   ChunkBuffers b;
-  b.kg = take(c * d);
-  b.qg = take(c * d);
+  b.kg = take(cp * d);
+  b.qg = take(cp * d);
   b.kd = take(c * d);
   b.vn = take(c * d);
   b.kg_t = take(d * cp);
   b.qg_t = take(d * cp);
   b.bt = take(d * cp);
   b.ot = take(d * cp);
-  b.l = take(c * c);
-  b.a = take(c * c);
+  b.l = take(cp * cp);
+  b.a = take(cp * cp);
   b.decay = take(d);
   b.run = take(d);
   return b;

@@ -1,11 +1,12 @@
 // AVX-512 variants of the KDA kernels (kda.h), vectorised over the contiguous d_k axis of the
 // V-first state and of q, k, g, for head_dim = 64 or 128 (NB = head_dim / 16 zmm per row).
 //
-// Chunked: per chunk and head, (1) the pairwise decays exp(Σ_{c<i≤r} g_i) column by column with a
-// running sum in registers, giving L, A, exp(Γ_r) ⊙ k_r and q_r (stored transposed, chunk axis in
-// lanes) and exp(Γ_last − Γ_c) ⊙ k_c; (2) S0ᵀ kg and S0ᵀ qg as one register-blocked GEMM over
-// the state rows (8 rows × 16 chunk rows per tile, the state element broadcast); (3) forward
-// substitution and the intra-chunk output over v; (4) the state update as a GEMM of Vn and kd.
+// Chunked: per chunk and head, (1) the pairwise decays column by column, k_c ⊙ exp(Σ_{c<i≤r} g_i)
+// carried down the rows in registers (one multiply per pair and channel), giving L, A,
+// exp(Γ_r) ⊙ k_r and q_r (transposed by 16 × 16 register blocks, chunk axis in lanes) and
+// exp(Γ_last − Γ_c) ⊙ k_c; (2) S0ᵀ kg and S0ᵀ qg as one register-blocked GEMM over the state rows
+// (8 rows × 16 chunk rows per tile, the state element broadcast); (3) forward substitution and the
+// intra-chunk output over v; (4) the state update as a GEMM of Vn and kd.
 // GCC 12 reports its own _mm512_undefined_ps() inside the intrinsics headers as uninitialized.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -48,23 +49,77 @@ struct ChunkArgs {
   float sc;
 };
 
-template <int NB>
-void chunk_avx512(const ChunkArgs& a, int64_t t0, int64_t n, int64_t h, int64_t chunk_size,
-                  float* s, float* out, const ChunkBuffers& b) {
-  constexpr int64_t d = NB * 16;
-  const int64_t H = a.num_heads, C = chunk_size, cp = padded_chunk(chunk_size);
-  auto row = [&](const float* x, int64_t r) { return x + ((t0 + r) * H + h) * d; };
-  auto bet = [&](int64_t r) { return a.beta[(t0 + r) * H + h]; };
-  const __m512 sc = _mm512_set1_ps(a.sc);
-  const __m512i lane_rows =
-      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                         _mm512_set1_epi32(static_cast<int>(cp)));
+// dst[j][i] = src[i][j] for a 16 × 16 block of floats (strides in floats): 64 in-register
+// shuffles instead of 16 scatters or gathers.
+inline void transpose16(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+  __m512 r[16], t[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * src_stride);
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  // r[4q + m], per 128-bit block b: column 4b + m of rows 4q … 4q + 3.
+#pragma GCC unroll 4
+  for (int q4 = 0; q4 < 16; q4 += 4) {
+    const __m512d a = _mm512_castps_pd(t[q4]), b = _mm512_castps_pd(t[q4 + 1]);
+    const __m512d c = _mm512_castps_pd(t[q4 + 2]), d = _mm512_castps_pd(t[q4 + 3]);
+    r[q4] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[q4 + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[q4 + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[q4 + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) {
+    const __m512 v0 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x88);
+    const __m512 v1 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xDD);
+    const __m512 w0 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x88);
+    const __m512 w1 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xDD);
+    _mm512_storeu_ps(dst + m * dst_stride, _mm512_shuffle_f32x4(v0, w0, 0x88));
+    _mm512_storeu_ps(dst + (4 + m) * dst_stride, _mm512_shuffle_f32x4(v1, w1, 0x88));
+    _mm512_storeu_ps(dst + (8 + m) * dst_stride, _mm512_shuffle_f32x4(v0, w0, 0xDD));
+    _mm512_storeu_ps(dst + (12 + m) * dst_stride, _mm512_shuffle_f32x4(v1, w1, 0xDD));
+  }
+}
 
-  // (1) Decays as products of per-token factors α_i = exp(g_i) ≤ 1: for a pair r ≥ c,
-  // D(r, c) = Π_{c<i≤r} α_i = exp(Γ_r − Γ_c), accumulated from the column's own start, so no factor
-  // exceeds 1 (never exp(Γ_r) · exp(−Γ_c)) and one exponential per token and channel suffices.
-  // Products below 2^−100 are flushed to 0 (their terms are negligible and subnormal arithmetic is
-  // slow). kd holds α first: row c of α is last read by column c − 1, before kd_c replaces it.
+// Lane j of the result = the sum of the 16 floats of row j (rows 16 floats apart): a pairwise
+// tree, 45 shuffles and adds for 16 sums where 16 separate reductions take 128.
+inline __m512 hsum16(const float* rows) {
+  __m512 t[8], u[4];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    const __m512 a = _mm512_load_ps(rows + 32 * i), b = _mm512_load_ps(rows + 32 * i + 16);
+    t[i] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(t[2 * i]), b = _mm512_castps_pd(t[2 * i + 1]);
+    u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  // u[i], block b: the partial sums over block b of rows 4i … 4i + 3.
+  const __m512 x0 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xDD));
+  const __m512 x1 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88), _mm512_shuffle_f32x4(u[2], u[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, 0x88), _mm512_shuffle_f32x4(x0, x1, 0xDD));
+}
+
+// Runs with FTZ/DAZ set by the caller: decay products that fall below FLT_MIN become 0 instead of
+// slow subnormals (their terms are negligible, ≤ 2^−126 of the leading ones).
+template <int NB>
+void chunk_avx512(const ChunkArgs& a, int64_t t0, int64_t n, int64_t h, float* s, float* out,
+                  const ChunkBuffers& b) {
+  constexpr int64_t d = NB * 16;
+  const int64_t H = a.num_heads, cp = padded_chunk(n);
+  auto row = [&](const float* x, int64_t r) { return x + ((t0 + r) * H + h) * d; };
+  const __m512 sc = _mm512_set1_ps(a.sc);
+  float* bet = b.run;  // β of the chunk's rows, contiguous
+  for (int64_t r = 0; r < n; ++r) bet[r] = a.beta[(t0 + r) * H + h];
+
+  // (1) α_r = exp(g_r) ≤ 1, one exponential per token and channel. kd holds α first: row c of α
+  // is last read by column c − 1, before kd_c replaces it.
   float* alpha = b.kd;
   for (int64_t r = 0; r < n; ++r) {
     const float* gr = row(a.g, r);
@@ -73,13 +128,9 @@ void chunk_avx512(const ChunkArgs& a, int64_t t0, int64_t n, int64_t h, int64_t 
       _mm512_store_ps(alpha + r * d + 16 * i, exp_ps(_mm512_loadu_ps(gr + 16 * i)));
     }
   }
-  const __m512 tiny = _mm512_set1_ps(0x1p-100f);
-  auto decay_step = [&](__m512 p, int64_t r, int i) {
-    p = _mm512_mul_ps(p, _mm512_load_ps(alpha + r * d + 16 * i));
-    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, tiny, _CMP_GE_OQ), p);
-  };
-  // Column c = −1 (the chunk start): exp(Γ_r) ⊙ k_r and sc · exp(Γ_r) ⊙ q_r, transposed; the
-  // padding rows n … cp−1 are zero so that they contribute nothing to the state products.
+  // Column c = −1 (the chunk start): kg_r = exp(Γ_r) ⊙ k_r and qg_r = sc · exp(Γ_r) ⊙ q_r as the
+  // running product of α from the chunk start, row-major with zero padding rows n … cp − 1, then
+  // transposed (chunk axis in lanes) for the state products.
   {
     __m512 p[NB];
 #pragma GCC unroll 16
@@ -88,48 +139,66 @@ void chunk_avx512(const ChunkArgs& a, int64_t t0, int64_t n, int64_t h, int64_t 
       const float *kr = row(a.k, r), *qr = row(a.q, r);
 #pragma GCC unroll 16
       for (int i = 0; i < NB; ++i) {
-        p[i] = decay_step(p[i], r, i);
-        _mm512_i32scatter_ps(b.kg_t + 16 * i * cp + r, lane_rows,
-                             _mm512_mul_ps(p[i], _mm512_loadu_ps(kr + 16 * i)), 4);
-        _mm512_i32scatter_ps(b.qg_t + 16 * i * cp + r, lane_rows,
-                             _mm512_mul_ps(_mm512_mul_ps(p[i], sc), _mm512_loadu_ps(qr + 16 * i)),
-                             4);
+        p[i] = _mm512_mul_ps(p[i], _mm512_load_ps(alpha + r * d + 16 * i));
+        _mm512_store_ps(b.kg + r * d + 16 * i, _mm512_mul_ps(p[i], _mm512_loadu_ps(kr + 16 * i)));
+        _mm512_store_ps(b.qg + r * d + 16 * i,
+                        _mm512_mul_ps(_mm512_mul_ps(p[i], sc), _mm512_loadu_ps(qr + 16 * i)));
       }
     }
 #pragma GCC unroll 16
     for (int i = 0; i < NB; ++i) _mm512_store_ps(b.decay + 16 * i, p[i]);
-    for (int64_t kk = 0; kk < d; ++kk) {
-      for (int64_t r = n; r < cp; ++r) b.kg_t[kk * cp + r] = b.qg_t[kk * cp + r] = 0.0f;
+    std::fill(b.kg + n * d, b.kg + cp * d, 0.0f);
+    std::fill(b.qg + n * d, b.qg + cp * d, 0.0f);
+    for (int64_t r0 = 0; r0 < cp; r0 += 16) {
+      for (int64_t k0 = 0; k0 < d; k0 += 16) {
+        transpose16(b.kg + r0 * d + k0, d, b.kg_t + k0 * cp + r0, cp);
+        transpose16(b.qg + r0 * d + k0, d, b.qg_t + k0 * cp + r0, cp);
+      }
     }
   }
-  // Columns c ≥ 0: L[r, c] and A[r, c] from D(r, c), then kd_c = D(last, c) ⊙ k_c.
+  // Columns c ≥ 0: t = k_c ⊙ D(r, c) carried down the rows (t ← t ⊙ α_r), so each pair costs one
+  // multiply and two FMAs per channel vector; the per-row partial sums of L and A go to lk/aq
+  // (16 floats per row) and are reduced 16 rows at a time. L and A are stored transposed
+  // (lt[c·cp + r]), so a column is one vector store. kd_c = k_c ⊙ D(last, c) is t at the end.
+  float* lk = b.bt;  // free until (2)
+  float* aq = b.ot;
   for (int64_t c = 0; c < n; ++c) {
     const float *kc = row(a.k, c), *qc = row(a.q, c);
-    __m512 kcv[NB], p[NB];
+    __m512 t[NB];
     __m512 diag = _mm512_setzero_ps();
 #pragma GCC unroll 16
     for (int i = 0; i < NB; ++i) {
-      kcv[i] = _mm512_loadu_ps(kc + 16 * i);
-      p[i] = _mm512_set1_ps(1.0f);  // D(c, c)
-      diag = _mm512_fmadd_ps(kcv[i], _mm512_loadu_ps(qc + 16 * i), diag);
+      t[i] = _mm512_loadu_ps(kc + 16 * i);
+      diag = _mm512_fmadd_ps(t[i], _mm512_loadu_ps(qc + 16 * i), diag);
     }
-    b.a[c * C + c] = a.sc * _mm512_reduce_add_ps(diag);
+    b.a[c * cp + c] = a.sc * _mm512_reduce_add_ps(diag);
     for (int64_t r = c + 1; r < n; ++r) {
       const float *kr = row(a.k, r), *qr = row(a.q, r);
-      __m512 lk = _mm512_setzero_ps(), aq = _mm512_setzero_ps();
+      __m512 l0 = _mm512_setzero_ps(), l1 = _mm512_setzero_ps();
+      __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
 #pragma GCC unroll 16
-      for (int i = 0; i < NB; ++i) {
-        p[i] = decay_step(p[i], r, i);
-        const __m512 t = _mm512_mul_ps(kcv[i], p[i]);
-        lk = _mm512_fmadd_ps(_mm512_loadu_ps(kr + 16 * i), t, lk);
-        aq = _mm512_fmadd_ps(_mm512_loadu_ps(qr + 16 * i), t, aq);
+      for (int i = 0; i < NB; i += 2) {
+        t[i] = _mm512_mul_ps(t[i], _mm512_load_ps(alpha + r * d + 16 * i));
+        t[i + 1] = _mm512_mul_ps(t[i + 1], _mm512_load_ps(alpha + r * d + 16 * i + 16));
+        l0 = _mm512_fmadd_ps(_mm512_loadu_ps(kr + 16 * i), t[i], l0);
+        l1 = _mm512_fmadd_ps(_mm512_loadu_ps(kr + 16 * i + 16), t[i + 1], l1);
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(qr + 16 * i), t[i], a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(qr + 16 * i + 16), t[i + 1], a1);
       }
-      b.l[r * C + c] = bet(r) * _mm512_reduce_add_ps(lk);
-      b.a[r * C + c] = a.sc * _mm512_reduce_add_ps(aq);
+      _mm512_store_ps(lk + (r - c - 1) * 16, _mm512_add_ps(l0, l1));
+      _mm512_store_ps(aq + (r - c - 1) * 16, _mm512_add_ps(a0, a1));
+    }
+    for (int64_t r0 = c + 1; r0 < n; r0 += 16) {
+      const auto live =
+          static_cast<__mmask16>(n - r0 >= 16 ? 0xFFFF : (1u << static_cast<unsigned>(n - r0)) - 1);
+      const __m512 bv = _mm512_maskz_loadu_ps(live, bet + r0);
+      _mm512_mask_storeu_ps(b.l + c * cp + r0, live,
+                            _mm512_mul_ps(bv, hsum16(lk + (r0 - c - 1) * 16)));
+      _mm512_mask_storeu_ps(b.a + c * cp + r0, live,
+                            _mm512_mul_ps(sc, hsum16(aq + (r0 - c - 1) * 16)));
     }
 #pragma GCC unroll 16
-    for (int i = 0; i < NB; ++i)
-      _mm512_store_ps(b.kd + c * d + 16 * i, _mm512_mul_ps(kcv[i], p[i]));
+    for (int i = 0; i < NB; ++i) _mm512_store_ps(b.kd + c * d + 16 * i, t[i]);
   }
 
   // (2) bt[v, r] = Σ_k S0[v, k] kg[r, k], ot[v, r] = Σ_k S0[v, k] qg[r, k]: tiles of 8 state rows
@@ -158,21 +227,30 @@ void chunk_avx512(const ChunkArgs& a, int64_t t0, int64_t n, int64_t h, int64_t 
       }
     }
   }
+  // Back to rows (kg, qg are free now): btr[r, v] = bt[v, r], otr[r, v] = ot[v, r].
+  float* btr = b.kg;
+  float* otr = b.qg;
+  for (int64_t v0 = 0; v0 < d; v0 += 16) {
+    for (int64_t r0 = 0; r0 < cp; r0 += 16) {
+      transpose16(b.bt + v0 * cp + r0, cp, btr + r0 * d + v0, d);
+      transpose16(b.ot + v0 * cp + r0, cp, otr + r0 * d + v0, d);
+    }
+  }
 
-  // (3) Vn_r = β_r (v_r − bt[:, r]) − Σ_{c<r} L[r, c] Vn_c, then O_r = ot[:, r] + Σ_{c≤r} A[r, c]
-  // Vn_c, both over v in registers.
+  // (3) Vn_r = β_r (v_r − btr_r) − Σ_{c<r} L[r, c] Vn_c, then O_r = otr_r + Σ_{c≤r} A[r, c] Vn_c,
+  // both over v in registers.
   for (int64_t r = 0; r < n; ++r) {
     const float* vr = row(a.v, r);
-    const __m512 br = _mm512_set1_ps(bet(r));
+    const __m512 br = _mm512_set1_ps(bet[r]);
     __m512 x[NB], o[NB];
 #pragma GCC unroll 16
     for (int i = 0; i < NB; ++i) {
-      const __m512 btv = _mm512_i32gather_ps(lane_rows, b.bt + 16 * i * cp + r, 4);
-      x[i] = _mm512_mul_ps(br, _mm512_sub_ps(_mm512_loadu_ps(vr + 16 * i), btv));
-      o[i] = _mm512_i32gather_ps(lane_rows, b.ot + 16 * i * cp + r, 4);
+      x[i] = _mm512_mul_ps(
+          br, _mm512_sub_ps(_mm512_loadu_ps(vr + 16 * i), _mm512_load_ps(btr + r * d + 16 * i)));
+      o[i] = _mm512_load_ps(otr + r * d + 16 * i);
     }
     for (int64_t c = 0; c < r; ++c) {
-      const __m512 lrc = _mm512_set1_ps(b.l[r * C + c]);
+      const __m512 lrc = _mm512_set1_ps(b.l[c * cp + r]);
 #pragma GCC unroll 16
       for (int i = 0; i < NB; ++i) {
         x[i] = _mm512_fnmadd_ps(lrc, _mm512_load_ps(b.vn + c * d + 16 * i), x[i]);
@@ -181,7 +259,7 @@ void chunk_avx512(const ChunkArgs& a, int64_t t0, int64_t n, int64_t h, int64_t 
 #pragma GCC unroll 16
     for (int i = 0; i < NB; ++i) _mm512_store_ps(b.vn + r * d + 16 * i, x[i]);
     for (int64_t c = 0; c <= r; ++c) {
-      const __m512 arc = _mm512_set1_ps(b.a[r * C + c]);
+      const __m512 arc = _mm512_set1_ps(b.a[c * cp + r]);
 #pragma GCC unroll 16
       for (int i = 0; i < NB; ++i) {
         o[i] = _mm512_fmadd_ps(arc, _mm512_load_ps(b.vn + c * d + 16 * i), o[i]);
@@ -296,18 +374,21 @@ void kda_chunked_avx512(const ExecContext& ctx, const KdaDims& dims, const float
   parallel_for(ctx, dims.num_heads, grain, [&](int64_t h_begin, int64_t h_end) {
     const ChunkBuffers b = carve_chunk_buffers(
         base + static_cast<size_t>(h_begin / grain) * slice_bytes, dims, chunk_size);
+    const unsigned saved_csr = _mm_getcsr();
+    _mm_setcsr(saved_csr | 0x8040);  // FTZ | DAZ for this worker (see chunk_avx512)
     for (int64_t h = h_begin; h < h_end; ++h) {
       int64_t t0 = 0;
       while (t0 < num_tokens) {
         const int64_t n = std::min(chunk_size - (pos_begin + t0) % chunk_size, num_tokens - t0);
         if (d == 128) {
-          chunk_avx512<8>(args, t0, n, h, chunk_size, state + h * d * d, out, b);
+          chunk_avx512<8>(args, t0, n, h, state + h * d * d, out, b);
         } else {
-          chunk_avx512<4>(args, t0, n, h, chunk_size, state + h * d * d, out, b);
+          chunk_avx512<4>(args, t0, n, h, state + h * d * d, out, b);
         }
         t0 += n;
       }
     }
+    _mm_setcsr(saved_csr);
   });
 }
 

@@ -17,18 +17,19 @@ inline int64_t padded_chunk(int64_t chunk_size) {
 
 // One worker's chunk buffers (FP32, each 64-byte aligned). C = chunk_size, Cp = padded_chunk(C).
 struct ChunkBuffers {
-  float* kg = nullptr;     // [C, d]  exp(Γ_r) ⊙ k_r
-  float* qg = nullptr;     // [C, d]  sc · exp(Γ_r) ⊙ q_r
+  float* kg = nullptr;     // [Cp, d] exp(Γ_r) ⊙ k_r (AVX-512: then S0ᵀ kg back in rows)
+  float* qg = nullptr;     // [Cp, d] sc · exp(Γ_r) ⊙ q_r (AVX-512: then S0ᵀ qg in rows)
   float* kd = nullptr;     // [C, d]  exp(Γ_last − Γ_c) ⊙ k_c
   float* vn = nullptr;     // [C, d]  B_r, then Vn_r (the u_r of the recurrence)
   float* kg_t = nullptr;   // [d, Cp] kg transposed (AVX-512 state products)
   float* qg_t = nullptr;   // [d, Cp]
   float* bt = nullptr;     // [d, Cp] S0ᵀ kg, per state row v
   float* ot = nullptr;     // [d, Cp] S0ᵀ qg
-  float* l = nullptr;      // [C, C]  β_r Σ k_r k_c D(r, c), c < r
-  float* a = nullptr;      // [C, C]  sc Σ q_r k_c D(r, c), c ≤ r
+  float* l = nullptr;      // [Cp, Cp] β_r Σ k_r k_c D(r, c), c < r (plain: [r, c] stride C;
+                           //          AVX-512: transposed, [c, r] stride Cp)
+  float* a = nullptr;      // [Cp, Cp] sc Σ q_r k_c D(r, c), c ≤ r (same layouts as l)
   float* decay = nullptr;  // [d]    exp(Γ_last)
-  float* run = nullptr;    // [d]    running Σ g over part of the chunk
+  float* run = nullptr;    // [d]    plain: running Σ g over part of the chunk; AVX-512: β_r
 };
 
 size_t chunk_buffer_bytes(const KdaDims& dims, int64_t chunk_size);
