@@ -6,15 +6,22 @@
 // limit. Also a BF16 GEMV on the same shapes (2 bytes per weight) for comparison.
 #include <benchmark/benchmark.h>
 
+#include <time.h>
+
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <vector>
 
+#include "dayzero/core/aligned_buffer.h"
 #include "dayzero/core/parallel.h"
 #include "dayzero/kernels/linear.h"
 #include "machine_limits.h"
+
+namespace dz::bench {
+float sum_floats_avx512(const float* data, size_t num_floats);  // dram_read_avx512.cpp
+}  // namespace dz::bench
 
 namespace {
 
@@ -64,6 +71,14 @@ const std::vector<LinearWeight>& fp8_set() {
   return set;
 }
 
+// CPU seconds of the whole process (all threads): on a shared machine, bytes per CPU second is
+// what the kernel does while it has a core; wall-clock figures there also count waiting.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
 void run(benchmark::State& state, const std::vector<LinearWeight>& set, int64_t weight_bytes) {
   const int64_t num_tokens = state.range(0);
   const int num_threads = static_cast<int>(state.range(1));
@@ -72,6 +87,7 @@ void run(benchmark::State& state, const std::vector<LinearWeight>& set, int64_t 
   for (size_t e = 0; e < x.size(); ++e) x[e] = static_cast<float>(e % 17) * 0.125f - 1.0f;
   size_t next = 0;
   const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = process_cpu_seconds();
   for (auto _ : state) {
     set[next].forward(ctx, x.data(), num_tokens, y.data());
     benchmark::DoNotOptimize(y.data());
@@ -79,7 +95,9 @@ void run(benchmark::State& state, const std::vector<LinearWeight>& set, int64_t 
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double cpu_seconds = process_cpu_seconds() - cpu_start;
   const double calls = static_cast<double>(state.iterations());
+  state.counters["GB/cpu_s"] = static_cast<double>(weight_bytes) * calls / cpu_seconds / 1e9;
   const double gbps = static_cast<double>(weight_bytes) * calls / seconds / 1e9;
   const double gflops = 2.0 * static_cast<double>(num_tokens * kOut * kIn) * calls / seconds / 1e9;
   const dz::bench::MachineLimits& m = limits();
@@ -101,6 +119,57 @@ void BM_Bf16Linear(benchmark::State& state) {
   run(state, set, kOut * kIn * 2);
 }
 
+// One [192, 7168] matrix (1.4 MB, in the 2 MiB L2) again and again: the kernel's own rate without
+// DRAM, i.e. how far above the DRAM-bound target its decode and dot products run.
+void BM_Fp8LinearInL2(benchmark::State& state) {
+  limits();
+  static const std::vector<LinearWeight> one = [] {
+    std::vector<uint8_t> codes(static_cast<size_t>(192 * kIn));
+    uint64_t s = 7;
+    for (auto& c : codes) {
+      s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+      c = (s & 0x7F) == 0x7F ? 0x7E : static_cast<uint8_t>(s);
+    }
+    std::vector<float> scales(static_cast<size_t>(2 * (kIn / 128)), 1.0f / 256);
+    std::vector<LinearWeight> set;
+    set.push_back(LinearWeight::from_fp8_block(
+                      dz::TensorView(codes.data(), dz::DType::kF8E4M3, dz::Shape{192, kIn}),
+                      dz::TensorView(scales.data(), dz::DType::kF32, dz::Shape{2, kIn / 128}), 128,
+                      128)
+                      .value());
+    return set;
+  }();
+  run(state, one, 192 * kIn + 2 * (kIn / 128) * 4);
+}
+
+// The DRAM read loop of machine_limits.h over a 1 GiB buffer, one FP8 matrix's worth of bytes per
+// iteration, timed like the GEMV: the same-conditions ceiling for GB/cpu_s on a shared machine.
+void BM_DramRead(benchmark::State& state) {
+  limits();
+  static const dz::AlignedBuffer buffer = [] {
+    dz::AlignedBuffer b(static_cast<size_t>(kSetBytes));
+    auto floats = b.as_span<float>();
+    for (size_t e = 0; e < floats.size(); ++e) floats[e] = static_cast<float>(e % 7);
+    return b;
+  }();
+  const auto* data = reinterpret_cast<const float*>(buffer.data());
+  const size_t slice_floats = static_cast<size_t>(kOut * kIn) / sizeof(float);
+  const size_t num_slices = static_cast<size_t>(kSetBytes) / sizeof(float) / slice_floats;
+  size_t next = 0;
+  const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = process_cpu_seconds();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(
+        dz::bench::sum_floats_avx512(data + next * slice_floats, slice_floats));
+    next = (next + 1) % num_slices;
+  }
+  const double bytes =
+      static_cast<double>(slice_floats * sizeof(float)) * static_cast<double>(state.iterations());
+  state.counters["GB/cpu_s"] = bytes / (process_cpu_seconds() - cpu_start) / 1e9;
+  state.counters["GB/s"] =
+      bytes / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 1e9;
+}
+
 void thread_args(benchmark::internal::Benchmark* b, std::initializer_list<int64_t> tokens) {
   const int64_t all = dz::default_num_threads();
   for (int64_t t : tokens) {
@@ -110,7 +179,14 @@ void thread_args(benchmark::internal::Benchmark* b, std::initializer_list<int64_
   b->ArgNames({"tokens", "threads"})->UseRealTime()->MinTime(1.0);
 }
 
-BENCHMARK(BM_Fp8Linear)->Apply([](auto* b) { thread_args(b, {1, 2, 4, 16, 64, 256}); });
+BENCHMARK(BM_Fp8Linear)->Apply([](auto* b) { thread_args(b, {1, 2, 3, 4, 6, 8, 16, 64, 256}); });
+BENCHMARK(BM_DramRead)->UseRealTime()->MinTime(1.0);
+BENCHMARK(BM_Fp8LinearInL2)
+    ->Args({1, 1})
+    ->Args({2, 1})
+    ->Args({4, 1})
+    ->Args({8, 1})
+    ->ArgNames({"tokens", "threads"});
 BENCHMARK(BM_Bf16Linear)->Apply([](auto* b) { thread_args(b, {1}); });
 
 }  // namespace

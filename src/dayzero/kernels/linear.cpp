@@ -156,6 +156,7 @@ struct LinearWeight::Impl {
   formats::Fp8BlockShape block;
   bool scales_pow2 = false;  // all powers of two: BF16 tiles are exact
   bool fp8_fast = false;     // AVX-512 present and every scale foldable by 2^8 exactly
+  bool fp8_bf16 = false;     // the GEMV's BF16 variant (VBMI + BF16, block_cols % 64 == 0)
 
   // MXFP4 weights: packed [out, in/2] nibbles, E8M0 scales [out, in/32] (no 0xFF), and per row
   // whether a block with scale code 0 or 1 has a nonzero element (its values are BF16
@@ -349,6 +350,8 @@ Result<LinearWeight> LinearWeight::from_fp8_block(const TensorView& codes,
   }
   impl.scales_pow2 = impl.scales_pow2 && foldable;
   impl.fp8_fast = foldable && cpu_features().avx512;
+  impl.fp8_bf16 = impl.fp8_fast && cpu_features().avx512_vbmi && cpu_features().avx512_bf16 &&
+                  detail::fp8_bf16_gemv_takes(block);
   return result;
 }
 
@@ -518,6 +521,25 @@ void LinearWeight::Impl::forward_bf16(const ExecContext& ctx, const float* x, in
 
 void LinearWeight::Impl::forward_fp8_gemv(const ExecContext& ctx, const float* x,
                                           int64_t num_tokens, float* y) const {
+  if (fp8_bf16) {
+    // BF16 activations in the kernel's order; one contiguous range of rows per thread (one
+    // sequential DRAM stream each, as the MXFP4 GEMV).
+    const int64_t x_elems = detail::fp8_gemv_x_elems(in_features);
+    auto* x_packed = reinterpret_cast<uint16_t*>(
+        ensure(t_scratch.x_bf16, static_cast<size_t>(num_tokens * x_elems) * sizeof(uint16_t)));
+    for (int64_t t = 0; t < num_tokens; ++t)
+      detail::fp8_pack_x_avx512(x + t * in_features, in_features, x_packed + t * x_elems);
+    const int64_t threads = std::max(ctx.num_threads, 1);
+    const int64_t grain = std::max<int64_t>(4, (out_features + threads - 1) / threads);
+    parallel_for(ctx, out_features, grain, [&](int64_t row_begin, int64_t row_end) {
+      for (int64_t t = 0; t < num_tokens; t += detail::kFp8GemvMaxTokens) {
+        const int64_t count = std::min(detail::kFp8GemvMaxTokens, num_tokens - t);
+        detail::fp8_gemv_bf16_rows_avx512(code_data(), scale_data(), block, x_packed + t * x_elems,
+                                          count, y + t * out_features, row_begin, row_end);
+      }
+    });
+    return;
+  }
   const int64_t num_elems = num_tokens * in_features;
   auto* x_f32 = reinterpret_cast<float*>(
       ensure(t_scratch.x_f32, static_cast<size_t>(num_elems) * sizeof(float)));

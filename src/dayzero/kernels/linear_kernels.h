@@ -28,6 +28,26 @@ void fp8_gemv_rows_avx512(const uint8_t* codes, const float* scale_inv,
                           const formats::Fp8BlockShape& shape, const float* x, int64_t num_tokens,
                           float* y, int64_t row_begin, int64_t row_end);
 
+// The BF16 variant (linear_fp8_bf16_avx512.cpp, AVX-512 VBMI + BF16; formats.md §6.4a): codes
+// decoded exactly to BF16 by VPERMI2B byte tables, VDPBF16PS against BF16 activations, FP32
+// partial sum per column block times its scale. Needs block_cols % 64 == 0 (a 64-code load never
+// straddles two blocks). Activation layout: per 64 elements two halves of 32 BF16 codes, word
+// 8L + k of half h being element 16L + 8h + k (L < 4, k < 8: the order VPUNPCKL/HBW leave the
+// decoded words in); a partial last 64 is zero-padded. One token takes fp8_gemv_x_elems(in) codes.
+inline int64_t fp8_gemv_x_elems(int64_t in) {
+  return (in + 63) / 64 * 64;
+}
+inline bool fp8_bf16_gemv_takes(const formats::Fp8BlockShape& shape) {
+  return shape.block_cols % 64 == 0;
+}
+// out [fp8_gemv_x_elems(in)] = x [in] rounded to BF16 (RNE) in that layout.
+void fp8_pack_x_avx512(const float* x, int64_t in, uint16_t* out);
+// y[t, i] for rows [row_begin, row_end) as fp8_gemv_rows_avx512, x in the layout above (tokens
+// fp8_gemv_x_elems(in) apart, 64-byte aligned). num_tokens <= kFp8GemvMaxTokens.
+void fp8_gemv_bf16_rows_avx512(const uint8_t* codes, const float* scale_inv,
+                               const formats::Fp8BlockShape& shape, const uint16_t* x,
+                               int64_t num_tokens, float* y, int64_t row_begin, int64_t row_end);
+
 // Rows [row_begin, row_end) of W, dequantized into out [row_end − row_begin, in] row-major, as
 // BF16 codes (only exact when every scale of those rows is a power of two: the caller checks) or
 // as FP32. Both equal formats::dequantize_fp8_block value for value.

@@ -14,8 +14,10 @@
 #include <random>
 #include <vector>
 
+#include "dayzero/core/aligned_buffer.h"
 #include "dayzero/formats/codecs.h"
 #include "dayzero/formats/fp8_block.h"
+#include "dayzero/kernels/cpu_features.h"
 #include "dayzero/kernels/linear_kernels.h"
 #include "dayzero/kernels/linear_ref.h"
 
@@ -300,6 +302,67 @@ TEST(LinearKernels, Fp8GemvMatchesTheReferenceForEveryTokenCount) {
       EXPECT_LT(rel_rms(y, ref), kFp32Tolerance)
           << "[" << c.out << ", " << c.in << "] tokens " << num_tokens;
     }
+  }
+}
+
+// The BF16 GEMV (formats.md §6.4a byte tables + VDPBF16PS) against the scalar reference: odd
+// shapes, block widths 64 and 128, every token count of one pass, codes that include ±0 and
+// subnormals (the reference is never all zero: relative errors stay defined), arbitrary scales.
+TEST(LinearKernels, Fp8Bf16GemvMatchesTheReferenceForEveryTokenCount) {
+  if (!cpu_features().avx512_vbmi || !cpu_features().avx512_bf16)
+    GTEST_SKIP() << "no AVX512_VBMI/BF16";
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int64_t block_cols : {64, 128}) {
+    for (const Case& c : kCases) {
+      Fp8Weight fp8 = random_fp8(rng, c.out, c.in, 128, block_cols, false);
+      for (auto& code : fp8.codes)
+        if (rng() % 8 == 0) code = static_cast<uint8_t>(rng() % 8 | (rng() % 2) << 7);
+      ASSERT_TRUE(detail::fp8_bf16_gemv_takes(fp8.shape));
+      const int64_t x_elems = detail::fp8_gemv_x_elems(c.in);
+      for (int64_t num_tokens = 1; num_tokens <= detail::kFp8GemvMaxTokens; ++num_tokens) {
+        const std::vector<float> x = random_normal(rng, num_tokens * c.in);
+        AlignedBuffer packed(static_cast<size_t>(num_tokens * x_elems) * sizeof(uint16_t));
+        auto* xp = reinterpret_cast<uint16_t*>(packed.data());
+        for (int64_t t = 0; t < num_tokens; ++t)
+          detail::fp8_pack_x_avx512(x.data() + t * c.in, c.in, xp + t * x_elems);
+        std::vector<float> y(static_cast<size_t>(num_tokens * c.out)), ref(y.size());
+        const int64_t split = c.out / 3;
+        detail::fp8_gemv_bf16_rows_avx512(fp8.codes.data(), fp8.scales.data(), fp8.shape, xp,
+                                          num_tokens, y.data(), 0, split);
+        detail::fp8_gemv_bf16_rows_avx512(fp8.codes.data(), fp8.scales.data(), fp8.shape, xp,
+                                          num_tokens, y.data(), split, c.out);
+        linear_fp8_block_ref(fp8.codes.data(), fp8.scales.data(), fp8.shape, x.data(), num_tokens,
+                             ref.data());
+        EXPECT_LT(rel_rms(y, ref), kFp32Tolerance)
+            << "[" << c.out << ", " << c.in << "] block " << block_cols << " tokens " << num_tokens;
+      }
+    }
+  }
+}
+
+// Every finite E4M3 code (±0 and the subnormals included) decodes to exactly its value: row i
+// holds code i at column i % 64 and zeros elsewhere, x is all ones, so y[i] is the one product.
+TEST(LinearKernels, Fp8Bf16GemvDecodesEveryCodeExactly) {
+  if (!cpu_features().avx512_vbmi || !cpu_features().avx512_bf16)
+    GTEST_SKIP() << "no AVX512_VBMI/BF16";
+  constexpr int64_t kIn = 64;
+  const formats::Fp8BlockShape shape{256, kIn, 128, 64};
+  std::vector<uint8_t> codes(static_cast<size_t>(256 * kIn), 0);
+  for (int i = 0; i < 256; ++i)
+    codes[static_cast<size_t>(i * kIn + i % kIn)] =
+        (i & 0x7F) == 0x7F ? uint8_t{0} : static_cast<uint8_t>(i);
+  const std::vector<float> scales(2, 1.0f);
+  const std::vector<float> x(kIn, 1.0f);
+  AlignedBuffer packed(kIn * sizeof(uint16_t));
+  auto* xp = reinterpret_cast<uint16_t*>(packed.data());
+  detail::fp8_pack_x_avx512(x.data(), kIn, xp);
+  std::vector<float> y(256);
+  detail::fp8_gemv_bf16_rows_avx512(codes.data(), scales.data(), shape, xp, 1, y.data(), 0, 256);
+  for (int i = 0; i < 256; ++i) {
+    const uint8_t code = codes[static_cast<size_t>(i * kIn + i % kIn)];
+    EXPECT_EQ(y[static_cast<size_t>(i)], formats::decode_e4m3(code)) << "code " << int{code};
   }
 }
 
