@@ -1,8 +1,35 @@
 #include "dayzero/kernels/cpu_features.h"
 
+#include <cstdlib>
+#include <string>
+
 #include <spdlog/spdlog.h>
 
+#include "dayzero/core/check.h"
+
 namespace dz::kernels {
+
+Result<CpuIsa> parse_cpu_isa(std::string_view value) {
+  std::string lower(value);
+  for (char& c : lower)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  if (lower.empty() || lower == "avx512") return CpuIsa::kDetect;
+  if (lower == "generic") return CpuIsa::kGeneric;
+  return make_error(StatusCode::kInvalidArgument,
+                    "{}=\"{}\" is not a known ISA; accepted: generic (no AVX-512 kernels), avx512 "
+                    "(what the CPU has; also when unset)",
+                    kCpuIsaEnv, value);
+}
+
+CpuFeatures cap_cpu_features(const CpuFeatures& detected, CpuIsa isa) {
+  if (isa == CpuIsa::kGeneric) return CpuFeatures{};
+  return detected;
+}
+
+Result<CpuIsa> cpu_isa_from_env() {
+  const char* value = std::getenv(kCpuIsaEnv);
+  return parse_cpu_isa(value == nullptr ? std::string_view() : std::string_view(value));
+}
 
 const CpuFeatures& cpu_features() {
   static const CpuFeatures features = [] {
@@ -11,8 +38,12 @@ const CpuFeatures& cpu_features() {
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     f.avx512_vbmi = f.avx512 && __builtin_cpu_supports("avx512vbmi");
     f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
-    spdlog::debug("kernels: avx512 {}, avx512_vbmi {}, avx512_bf16 {}", f.avx512, f.avx512_vbmi,
-                  f.avx512_bf16);
+    Result<CpuIsa> isa = cpu_isa_from_env();
+    DZ_CHECK(isa.ok(), "{}", isa.status().message());
+    f = cap_cpu_features(f, *isa);
+    spdlog::debug("kernels: avx512 {}, avx512_vbmi {}, avx512_bf16 {} ({} {})", f.avx512,
+                  f.avx512_vbmi, f.avx512_bf16, kCpuIsaEnv,
+                  *isa == CpuIsa::kGeneric ? "generic" : "detect");
     return f;
   }();
   return features;
