@@ -1,5 +1,9 @@
 #include "dayzero/kernels/kda.h"
 
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -20,16 +24,17 @@ size_t align64(size_t num_bytes) {
 
 size_t chunk_buffer_bytes(const KdaDims& dims, int64_t chunk_size) {
   const auto d = static_cast<size_t>(dims.head_dim);
-  const auto c = static_cast<size_t>(chunk_size);
   const auto cp = static_cast<size_t>(padded_chunk(chunk_size));
-  return 2 * align64(cp * d * 4) + 2 * align64(c * d * 4) + 4 * align64(d * cp * 4) +
-         2 * align64(cp * cp * 4) + 2 * align64(d * 4);
+  const auto c32 = static_cast<size_t>(amx_padded_chunk(chunk_size));
+  return 2 * align64(cp * d * 4) + 2 * align64(c32 * d * 4) + 4 * align64(d * cp * 4) +
+         2 * align64(cp * cp * 4) + 2 * align64(d * 4) + align64(d * c32 * 4) +
+         align64(amx_buffer_elems(dims, chunk_size) * 2);
 }
 
 ChunkBuffers carve_chunk_buffers(std::byte* base, const KdaDims& dims, int64_t chunk_size) {
   const auto d = static_cast<size_t>(dims.head_dim);
-  const auto c = static_cast<size_t>(chunk_size);
   const auto cp = static_cast<size_t>(padded_chunk(chunk_size));
+  const auto c32 = static_cast<size_t>(amx_padded_chunk(chunk_size));
   size_t offset = 0;
   auto take = [&](size_t num_floats) {
     float* p = reinterpret_cast<float*>(base + offset);
@@ -39,8 +44,8 @@ ChunkBuffers carve_chunk_buffers(std::byte* base, const KdaDims& dims, int64_t c
   ChunkBuffers b;
   b.kg = take(cp * d);
   b.qg = take(cp * d);
-  b.kd = take(c * d);
-  b.vn = take(c * d);
+  b.kd = take(c32 * d);
+  b.vn = take(c32 * d);
   b.kg_t = take(d * cp);
   b.qg_t = take(d * cp);
   b.bt = take(d * cp);
@@ -49,7 +54,22 @@ ChunkBuffers carve_chunk_buffers(std::byte* base, const KdaDims& dims, int64_t c
   b.a = take(cp * cp);
   b.decay = take(d);
   b.run = take(d);
+  b.vt = take(d * c32);
+  b.amx = reinterpret_cast<uint16_t*>(take(amx_buffer_elems(dims, chunk_size) / 2));
   return b;
+}
+
+bool amx_available(const KdaDims& dims) {
+  // CPUID.(7,0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE; then Linux must grant the tile data state
+  // to this process (arch_prctl ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18).
+  static const bool cpu_ok = [] {
+    if (!cpu_features().avx512_bf16) return false;
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    if ((edx & (1u << 22)) == 0 || (edx & (1u << 24)) == 0) return false;
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  }();
+  return cpu_ok && kda_avx512_available(dims);
 }
 
 int64_t num_workers(const ExecContext& ctx, const KdaDims& dims) {
@@ -216,7 +236,7 @@ void kda_chunked(const ExecContext& ctx, const KdaDims& dims, const float* q, co
                  int64_t pos_begin, int64_t chunk_size, float* state, float* out, Arena& scratch) {
   if (kda_avx512_available(dims)) {
     kda_detail::kda_chunked_avx512(ctx, dims, q, k, v, g, beta, num_tokens, pos_begin, chunk_size,
-                                   state, out, scratch);
+                                   state, out, scratch, kda_detail::amx_available(dims));
   } else {
     kda_chunked_plain(ctx, dims, q, k, v, g, beta, num_tokens, pos_begin, chunk_size, state, out,
                       scratch);

@@ -10,6 +10,8 @@
 #include <random>
 #include <vector>
 
+#include "dayzero/kernels/kda_detail.h"
+
 namespace dz::kernels {
 namespace {
 
@@ -101,21 +103,61 @@ Result run_ref(const Inputs& in) {
   return r;
 }
 
+// The chunked variants: the dispatcher, the portable path, and the AVX-512 kernel with its state
+// products in FP32 FMA or BF16×3 on AMX tiles.
+enum class Variant { kDispatch, kPlain, kAvx512Fp32, kAmx };
+
+const char* name(Variant v) {
+  switch (v) {
+    case Variant::kDispatch:
+      return " dispatch";
+    case Variant::kPlain:
+      return " plain";
+    case Variant::kAvx512Fp32:
+      return " avx512 fp32";
+    case Variant::kAmx:
+      return " amx bf16x3";
+  }
+  return "";
+}
+
+// The variants this machine runs for these dims (always the dispatcher and the plain path).
+std::vector<Variant> variants(const KdaDims& dims) {
+  std::vector<Variant> v = {Variant::kDispatch, Variant::kPlain};
+  if (kda_avx512_available(dims)) v.push_back(Variant::kAvx512Fp32);
+  if (kda_detail::amx_available(dims)) v.push_back(Variant::kAmx);
+  return v;
+}
+
 // Tokens [t0, t0 + n) of `in` through the chunked kernel into r (state carried in r.state).
 void run_chunked_part(const ExecContext& ctx, const Inputs& in, int64_t t0, int64_t n,
-                      int64_t pos_begin, int64_t chunk, Result& r, bool plain = false) {
+                      int64_t pos_begin, int64_t chunk, Result& r,
+                      Variant variant = Variant::kDispatch) {
   const int64_t hd = in.dims.num_heads * in.dims.head_dim;
   Arena arena(kda_chunked_scratch_bytes(ctx, in.dims, chunk));  // exactly the promised size
-  auto fn = plain ? kda_chunked_plain : kda_chunked;
-  fn(ctx, in.dims, in.q.data() + t0 * hd, in.k.data() + t0 * hd, in.v.data() + t0 * hd,
-     in.g.data() + t0 * hd, in.beta.data() + t0 * in.dims.num_heads, n, pos_begin, chunk,
-     r.state.data(), r.out.data() + t0 * hd, arena);
+  const float *q = in.q.data() + t0 * hd, *k = in.k.data() + t0 * hd, *v = in.v.data() + t0 * hd,
+              *g = in.g.data() + t0 * hd, *beta = in.beta.data() + t0 * in.dims.num_heads;
+  float* out = r.out.data() + t0 * hd;
+  switch (variant) {
+    case Variant::kDispatch:
+      kda_chunked(ctx, in.dims, q, k, v, g, beta, n, pos_begin, chunk, r.state.data(), out, arena);
+      break;
+    case Variant::kPlain:
+      kda_chunked_plain(ctx, in.dims, q, k, v, g, beta, n, pos_begin, chunk, r.state.data(), out,
+                        arena);
+      break;
+    case Variant::kAvx512Fp32:
+    case Variant::kAmx:
+      kda_detail::kda_chunked_avx512(ctx, in.dims, q, k, v, g, beta, n, pos_begin, chunk,
+                                     r.state.data(), out, arena, variant == Variant::kAmx);
+      break;
+  }
 }
 
 Result run_chunked(const ExecContext& ctx, const Inputs& in, int64_t pos_begin, int64_t chunk,
-                   bool plain = false) {
+                   Variant variant = Variant::kDispatch) {
   Result r{std::vector<float>(in.q.size()), in.state};
-  run_chunked_part(ctx, in, 0, in.num_tokens, pos_begin, chunk, r, plain);
+  run_chunked_part(ctx, in, 0, in.num_tokens, pos_begin, chunk, r, variant);
   return r;
 }
 
@@ -138,19 +180,32 @@ TEST(KdaTest, RecurrentMatchesRef) {
   }
 }
 
-TEST(KdaTest, ChunkedMatchesRefAtEdgeLengths) {
-  for (int64_t chunk : {16, 64}) {
-    for (int64_t len : {int64_t{1}, chunk - 1, chunk, chunk + 1, 3 * chunk + 5}) {
-      for (int64_t d : {32, 128}) {
-        const Inputs in = make_inputs({3, d}, len, Gate::kModerate, static_cast<uint32_t>(len));
-        const Result ref = run_ref(in);
-        const std::string what =
-            "C " + std::to_string(chunk) + " T " + std::to_string(len) + " d " + std::to_string(d);
-        expect_close(run_chunked(ExecContext{2}, in, 0, chunk), ref, what);
-        expect_close(run_chunked(ExecContext{1}, in, 0, chunk, true), ref, what + " plain");
+// Lengths 1, C − 1, C, C + 1, 3C + 5 against the reference, every variant this machine runs.
+void check_edge_lengths(int64_t chunk, std::initializer_list<int64_t> head_dims) {
+  for (int64_t len : {int64_t{1}, chunk - 1, chunk, chunk + 1, 3 * chunk + 5}) {
+    for (int64_t d : head_dims) {
+      const Inputs in = make_inputs({3, d}, len, Gate::kModerate, static_cast<uint32_t>(len + d));
+      const Result ref = run_ref(in);
+      const std::string what =
+          "C " + std::to_string(chunk) + " T " + std::to_string(len) + " d " + std::to_string(d);
+      for (Variant variant : variants(in.dims)) {
+        // The scalar path's pairwise exponentials make C = 64 at d = 128 slow (≈ 1 s); it is
+        // covered there at d = 32 and at C = 16, d = 128.
+        if (variant == Variant::kPlain && chunk == 64 && d == 128) continue;
+        expect_close(run_chunked(ExecContext{2}, in, 0, chunk, variant), ref, what + name(variant));
       }
     }
   }
+}
+
+TEST(KdaTest, ChunkedMatchesRefAtEdgeLengthsC16) {
+  check_edge_lengths(16, {32, 128});
+}
+TEST(KdaTest, ChunkedMatchesRefAtEdgeLengthsC32) {
+  check_edge_lengths(32, {64});
+}
+TEST(KdaTest, ChunkedMatchesRefAtEdgeLengthsC64) {
+  check_edge_lengths(64, {32, 128});
 }
 
 // Chunk boundaries at every offset: the first chunk has C − pos_begin % C rows.
@@ -159,8 +214,12 @@ TEST(KdaTest, ChunkedMatchesRefForEveryStartOffset) {
     const Inputs in = make_inputs({2, 64}, 2 * chunk + 3, Gate::kModerate, 7);
     const Result ref = run_ref(in);
     for (int64_t pos = 0; pos < chunk; ++pos) {
-      expect_close(run_chunked(ExecContext{2}, in, 1000 * chunk + pos, chunk), ref,
-                   "C " + std::to_string(chunk) + " pos_begin % C " + std::to_string(pos));
+      for (Variant variant : variants(in.dims)) {
+        if (variant == Variant::kDispatch || variant == Variant::kPlain) continue;
+        expect_close(
+            run_chunked(ExecContext{2}, in, 1000 * chunk + pos, chunk, variant), ref,
+            "C " + std::to_string(chunk) + " pos_begin % C " + std::to_string(pos) + name(variant));
+      }
     }
   }
 }
@@ -209,8 +268,9 @@ TEST(KdaTest, ExtremeGatesStayFiniteAndAccurate) {
       const std::string what =
           std::string(gate == Gate::kBoundedExtreme ? "bounded" : "unbounded") + " C " +
           std::to_string(chunk);
-      expect_close(run_chunked(ExecContext{2}, in, 3, chunk), ref, what);
-      expect_close(run_chunked(ExecContext{1}, in, 3, chunk, true), ref, what + " plain");
+      for (Variant variant : variants(in.dims)) {
+        expect_close(run_chunked(ExecContext{2}, in, 3, chunk, variant), ref, what + name(variant));
+      }
       Result r{std::vector<float>(in.q.size()), in.state};
       kda_recurrent(ExecContext{2}, in.dims, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
                     in.beta.data(), in.num_tokens, r.state.data(), r.out.data());
