@@ -9,6 +9,8 @@
 // head, 7·d² (decay, prediction, update, read-out). The issue-4 target is chunked ≥ 5× faster.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -154,11 +156,52 @@ void BM_KdaRecurrent(benchmark::State& state) {
          threads);
 }
 
+// Decode: one token through kda_recurrent per layer, rotating over enough layers' states (2 MiB
+// each at H 32, d 128) to exceed the L3, as a model's decode step does. The state is read and
+// written once per token, so the rate is state bytes (read + write) per second against DRAM.
+void BM_KdaDecode(benchmark::State& state) {
+  const int64_t threads = state.range(0);
+  constexpr int64_t kLayers = 192;  // 384 MiB of state
+  const auto& limits = dz::bench::limits_for_this_run();
+  const dz::ExecContext ctx{static_cast<int>(threads)};
+  const Inputs& in = inputs();
+  const auto state_floats = static_cast<size_t>(kHeads * kDim * kDim);
+  std::vector<float> states(state_floats * kLayers);
+  for (int64_t l = 0; l < kLayers; ++l) {
+    std::copy(in.state.begin(), in.state.end(), states.begin() + l * state_floats);
+  }
+  std::vector<float> out(static_cast<size_t>(kHeads * kDim));
+  int64_t layer = 0, token = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    const size_t off = static_cast<size_t>(token * kHeads * kDim);
+    dz::kernels::kda_recurrent(ctx, kDims, in.q.data() + off, in.k.data() + off, in.v.data() + off,
+                               in.g.data() + off, in.beta.data() + token * kHeads, 1,
+                               states.data() + layer * state_floats, out.data());
+    benchmark::DoNotOptimize(out.data());
+    layer = (layer + 1) % kLayers;
+    token = (token + 1) % kTokens;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double gbps = 2.0 * static_cast<double>(state_floats) * 4 *
+                      static_cast<double>(state.iterations()) / seconds / 1e9;
+  state.counters["state_GB/s"] = gbps;
+  state.counters["of_dram"] =
+      gbps / (threads == 1 ? limits.dram_read_gbps_1thread : limits.dram_read_gbps);
+}
+
 BENCHMARK(BM_KdaChunked)
     ->ArgsProduct({{16, 32, 64}, {1, 2}})
     ->ArgNames({"chunk", "threads"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_KdaDecode)
+    ->Arg(1)
+    ->Arg(2)
+    ->ArgName("threads")
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_KdaRecurrent)
     ->Arg(1)
     ->Arg(2)
