@@ -27,8 +27,10 @@
 // - BF16 weights: one oneDNN matmul, bf16 x × bf16 Wᵀ → f32 y, with Wᵀ reordered once at load
 //   into the blocked layout oneDNN picks for it (AMX/AVX-512 brgemm). One primitive per
 //   num_tokens, cached per weight; the blocked layout does not depend on num_tokens.
-// - FP8 weights, num_tokens < kFp8GemmMinTokens: the fused AVX-512 GEMV (linear_fp8_avx512.cpp),
-//   parallel over output rows.
+// - FP8 weights, num_tokens < kFp8GemmMinTokens: the fused GEMV, one contiguous range of output
+//   rows per thread: E4M3 → BF16 byte tables + VDPBF16PS (linear_fp8_bf16_avx512.cpp) where the
+//   CPU has VBMI and BF16 and block_cols % 64 == 0, else E4M3 → FP16 → FP32 FMAs
+//   (linear_fp8_avx512.cpp, parallel over row chunks).
 // - FP8 weights, more tokens: tiles of kTileRows output rows × all of K are dequantized into a
 //   per-thread workspace (BF16 when every scale is a power of two, so exact; FP32 otherwise) and
 //   multiplied by a single-threaded oneDNN matmul per tile, the tiles spread over the threads.
@@ -46,10 +48,12 @@ using dnnl::memory;
 using Dt = memory::data_type;
 using Tag = memory::format_tag;
 
-// GEMV below this many tokens: its cost grows with tokens (2 FMAs and 2 loads per token per 32
-// codes) while the tile path pays a fixed dequantization per weight and then runs on AMX; they
-// crossed between 4 and 8 tokens on the development machine (performance.md).
-constexpr int64_t kFp8GemmMinTokens = 6;
+// GEMV below this many tokens (passes of detail::kFp8GemvMaxTokens reading the weights once each):
+// its cost grows by ≈ 2 VDPBF16PS per 64 codes per token, while the tile path pays a fixed
+// dequantization and per-tile oneDNN call and then runs on AMX. Measured on [2048, 7168] (1
+// thread, CPU time, linear_fp8_bench): GEMV 3.0 / 3.5 / 5.8 / 6.9 / 10.1 ms at 6 / 8 / 12 / 16 /
+// 24 tokens, tiles 6.7 / 6.9 / 7.2 / 6.9 / 7.5 ms: they cross at 16.
+constexpr int64_t kFp8GemmMinTokens = 16;
 // Output rows per dequantized tile: 64 × 7168 BF16 is 0.9 MiB, half the L2, leaving room for
 // oneDNN's packed copy of it.
 constexpr int64_t kTileRows = 64;

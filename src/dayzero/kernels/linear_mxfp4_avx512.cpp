@@ -52,8 +52,10 @@ inline __m512i scale_bits_from_codes(__m512i codes_shl_23) {
 // kRows rows starting at `row`, kTokens tokens; x holds the tokens' activations in the GEMV layout
 // (linear_kernels.h), x_elems apart. One step reads 64 bytes (4 blocks, 128 elements) of a row as
 // 32 words: word k holds elements 4k … 4k + 3 in its four nibbles, and VPERMW on the word shifted
-// by 0, 4, 8, 12 bits gives part q (element 4k + q) of every word — no widening shuffle needed
-// (the 8-bit shift is a VPSHUFB, to balance ports 0 and 5). Lane j of a VDPBF16PS result sums
+// by 0, 4, 8, 12 bits gives part q (element 4k + q) of every word — no widening shuffle needed.
+// The kernel is bound by port 5 (VPERMW, VPERMD and VDPBF16PS, which measured ≈ 2 cycles of
+// throughput and competes with VPERMW here), so all three shifts are VPSRLW on port 0 (a VPSHUFB
+// for the 8-bit one ran 5 % slower with the weights in L2). Lane j of a VDPBF16PS result sums
 // elements 8j … 8j + 7 over the four parts, so lanes 4b … 4b + 3 belong to block b and one scale
 // vector applies all four blocks' 2^(E−127) after the dot. Scales are decoded 16 blocks at a time
 // and spread over the lanes of each of the 4 steps by VPERMD.
@@ -64,10 +66,6 @@ inline void gemv_row_group(const uint8_t* packed, const uint8_t* scales, int64_t
   const int64_t row_bytes = in / 2, num_blocks = in / 32, num_steps = num_blocks / 4;
   const int tail_blocks = static_cast<int>(num_blocks % 4);
   const __m512i table = _mm512_load_si512(kE2m1Bf16.data());
-  // Word k ← byte 1 of word k (the 8-bit shift of part 2), within each 128-bit lane.
-  const __m512i byte1_shuffle =
-      _mm512_set4_epi32(static_cast<int32_t>(0x800F800D), static_cast<int32_t>(0x800B8009),
-                        static_cast<int32_t>(0x80078005), static_cast<int32_t>(0x80038001));
   // Lane j of step `sub` of a quad ← block 4 · sub + j / 4.
   const __m512i quad_lanes = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
   // Byte L of the broadcast 4 scale codes into the top byte of every dword of 128-bit lane L.
@@ -87,8 +85,7 @@ inline void gemv_row_group(const uint8_t* packed, const uint8_t* scales, int64_t
   const auto step = [&](int64_t g, int r, __m512i codes, __m512 scale) {
     const __m512i part0 = _mm512_permutexvar_epi16(codes, table);
     const __m512i part1 = _mm512_permutexvar_epi16(_mm512_srli_epi16(codes, 4), table);
-    const __m512i part2 =
-        _mm512_permutexvar_epi16(_mm512_shuffle_epi8(codes, byte1_shuffle), table);
+    const __m512i part2 = _mm512_permutexvar_epi16(_mm512_srli_epi16(codes, 8), table);
     const __m512i part3 = _mm512_permutexvar_epi16(_mm512_srli_epi16(codes, 12), table);
     DZ_MXFP4_UNROLL
     for (int t = 0; t < kTokens; ++t) {
