@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <tuple>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "dayzero/formats/fp8_block.h"
 #include "dayzero/formats/mxfp4_layouts.h"
 #include "dayzero/kernels/cpu_features.h"
+#include "dayzero/kernels/gemm_small_bf16.h"
 #include "dayzero/kernels/linear_kernels.h"
 #include "dayzero/kernels/linear_ref.h"
 
@@ -152,6 +154,7 @@ struct LinearWeight::Impl {
   // when no oneDNN matmul exists for it, W [out, in] as BF16 codes for the reference (bf16).
   memory::desc weights_desc;
   memory weights_mem;
+  std::optional<AmxPanelWeight> amx_panels;  // weights_mem as gemm_small_bf16 reads it (few tokens)
   AlignedBuffer bf16;
 
   // FP8 block weights: [out, in] E4M3 codes and [num_scale_rows, num_scale_cols] FP32 scales.
@@ -244,6 +247,8 @@ void LinearWeight::Impl::repack_for_onednn() {
     dnnl::reorder(plain_mem, impl.weights_mem).execute(stream, plain_mem, impl.weights_mem);
     stream.wait();
     impl.bf16 = AlignedBuffer();
+    impl.amx_panels =
+        amx_panel_weight(impl.weights_desc, impl.weights_mem.get_data_handle(), in, out);
   } catch (const dnnl::error& e) {
     spdlog::warn("linear weight [{}, {}]: no oneDNN BF16 matmul ({}); using the reference", out, in,
                  e.what());
@@ -514,6 +519,10 @@ const CachedMatmul* LinearWeight::Impl::matmul_for(int64_t num_tokens, int64_t t
 
 void LinearWeight::Impl::forward_bf16(const ExecContext& ctx, const float* x, int64_t num_tokens,
                                       float* y) const {
+  if (amx_panels && num_tokens <= kGemmSmallBf16MaxTokens) {
+    gemm_small_bf16_amx(ctx, *amx_panels, x, num_tokens, y);
+    return;
+  }
   const int64_t num_elems = num_tokens * in_features;
   auto* x_bf16 = reinterpret_cast<uint16_t*>(
       ensure(t_scratch.x_bf16, static_cast<size_t>(num_elems) * sizeof(uint16_t)));

@@ -15,9 +15,9 @@
 namespace dz::model {
 namespace {
 
-// A sequence with at most this many new tokens attends in the absorbed form (decode, speculative
-// verification rows); longer ones use the prefill form unless sparse over a long range (below).
-constexpr int64_t kAbsorbedMaxTokens = 4;
+// Keys the prefill form up-projects together (mla_attention.cpp's kKeyBlock): with a selection
+// it up-projects every block some query selected from, whole.
+constexpr int64_t kPrefillKeyBlock = 64;
 // The prefill form holds per-query state [H, d_v + 2]; longer sequences run in query chunks of
 // this many tokens (each chunk up-projects its key range once).
 constexpr int64_t kPrefillQueryChunk = 1024;
@@ -49,6 +49,47 @@ size_t attention_workspace_bytes(const ExecContext& ctx, const MlaConfig& c, int
 }
 
 }  // namespace
+
+MlaFormFlops mla_form_flops(const MlaConfig& c, const kernels::MlaQueryKeys& keys) {
+  const double H = static_cast<double>(c.num_heads), r_kv = static_cast<double>(c.kv_lora_rank);
+  const double d_n = static_cast<double>(c.qk_nope_head_dim);
+  const double d_r = static_cast<double>(c.qk_rope_head_dim),
+               d_v = static_cast<double>(c.v_head_dim);
+  const int64_t n = keys.num_queries();
+  // (query, key) pairs and the keys the prefill form up-projects.
+  int64_t pairs = 0, up_keys = 0;
+  if (keys.selection_width == 0) {
+    int64_t key_end = 0;
+    for (int32_t pos : keys.positions) {
+      pairs += int64_t{pos} + 1;
+      key_end = std::max<int64_t>(key_end, int64_t{pos} + 1);
+    }
+    up_keys = key_end;
+  } else {
+    int64_t key_end = 0;
+    for (int32_t pos : keys.selection) {
+      if (pos < 0) continue;
+      ++pairs;
+      key_end = std::max<int64_t>(key_end, int64_t{pos} + 1);
+    }
+    std::vector<char> needed(
+        static_cast<size_t>((key_end + kPrefillKeyBlock - 1) / kPrefillKeyBlock));
+    for (int32_t pos : keys.selection)
+      if (pos >= 0) needed[static_cast<size_t>(pos / kPrefillKeyBlock)] = 1;
+    for (size_t b = 0; b < needed.size(); ++b)
+      if (needed[b])
+        up_keys += std::min<int64_t>(kPrefillKeyBlock,
+                                     key_end - static_cast<int64_t>(b) * kPrefillKeyBlock);
+  }
+  // W_UK and W_UV applied once per query (absorbed: q_abs and o) or once per key (prefill: k_nope
+  // and v): the same 2·H·r_kv·(d_n + d_v) each. Per pair: scores over d_n + d_r (prefill) or
+  // r_kv + d_r (absorbed), values over d_v or r_kv, 2 FLOPs per MAC.
+  const double projection = 2 * H * r_kv * (d_n + d_v);
+  return {.absorbed = static_cast<double>(n) * projection +
+                      static_cast<double>(pairs) * 2 * H * (2 * r_kv + d_r),
+          .prefill = static_cast<double>(up_keys) * projection +
+                     static_cast<double>(pairs) * 2 * H * (d_n + d_r + d_v)};
+}
 
 MlaBlock::MlaBlock(MlaConfig config, MlaWeights weights)
     : config_(std::move(config)), weights_(std::move(weights)) {
@@ -192,9 +233,6 @@ void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
                                      .pool = cache.pool,
                                      .block_size = batch.block_size,
                                      .block_table = seq.block_table};
-    const int64_t range = seq.num_cached_after();
-    const bool absorbed = seq.num_tokens <= kAbsorbedMaxTokens ||
-                          (selection.width > 0 && range > 4 * selection.width);
     for (int64_t chunk = 0; chunk < seq.num_tokens; chunk += kPrefillQueryChunk) {
       const int64_t t0 = seq.token_begin + chunk;
       const int64_t n = std::min(kPrefillQueryChunk, seq.num_tokens - chunk);
@@ -207,7 +245,10 @@ void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
                                                      static_cast<size_t>(n * selection.width));
         keys.selection_width = selection.width;
       }
-      if (!absorbed) {
+      // The form with fewer FLOPs for this chunk (mla_form_flops): the absorbed one for decode
+      // rows and short chunks over a long cached range, the prefill form for long fresh chunks.
+      const MlaFormFlops flops = mla_form_flops(c, keys);
+      if (flops.prefill < flops.absorbed) {
         kernels::mla_attention_prefill(ctx, view, keys,
                                        {.num_heads = H,
                                         .nope_dim = d_n,

@@ -12,6 +12,7 @@
 #include "dayzero/core/arena.h"
 #include "dayzero/core/parallel.h"
 #include "dayzero/kernels/linear.h"
+#include "dayzero/kernels/mla_attention.h"
 #include "dayzero/kernels/paged_cache.h"
 #include "dayzero/kernels/rope.h"
 #include "dayzero/model/forward_batch.h"
@@ -58,6 +59,18 @@ struct MlaLayerCache {
   std::byte* pool = nullptr;  // num_blocks · block_size records
 };
 
+// FLOPs of the two attention forms for one query chunk of a sequence (models.md §2.2–2.3; the
+// projections and the per-(query, key) scores and values, not softmax): the absorbed form applies
+// W_UK/W_UV once per query, the prefill form once per key it up-projects (the causal range, or
+// the 64-key blocks a selection touches) and then works in the smaller head dims. forward() runs
+// each chunk in the cheaper form: decode rows and short chunks over a long cached context
+// (prefix hits, chunked prefill) absorbed, long fresh chunks in the prefill form.
+struct MlaFormFlops {
+  double absorbed = 0;
+  double prefill = 0;
+};
+MlaFormFlops mla_form_flops(const MlaConfig& config, const kernels::MlaQueryKeys& keys);
+
 class MlaBlock {
  public:
   // Repacks what the forms need once (W_UK, W_UV per head from kv_b_proj).
@@ -72,8 +85,8 @@ class MlaBlock {
   // x: [num_tokens, d] normalized attention input (BF16-valued); c_q as from q_latent (nullptr
   // without q LoRA). Writes every token's latent record into the cache at batch.slot_mapping, then
   // attends each token to its allowed keys (causal prefix of its sequence, or `selection`) and
-  // writes out [num_tokens, d] (FP32, before the residual add). Chooses the prefill form for
-  // sequences with many new tokens and the absorbed form otherwise; both read keys from the cache.
+  // writes out [num_tokens, d] (FP32, before the residual add). Runs each query chunk of a
+  // sequence in the form with fewer FLOPs (mla_form_flops); both read keys from the cache.
   // An upper bound of what forward() takes from `scratch` for a step of at most max_tokens tokens
   // and selections of at most max_selection_width (0: dense).
   size_t scratch_bytes(const ExecContext& ctx, int64_t max_tokens,

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -358,14 +359,16 @@ TEST_P(MlaBlockCache, PrefillChunkedAndDecodeMatchTheReference) {
   ASSERT_TRUE(taps.shapes.count("attn_out"));
   EXPECT_EQ(taps.shapes["attn_out"], (Shape{T, d}));
 
-  SequenceCache chunk_cache(rng, s, T);  // two chunks, the second with pos_begin 20
+  // Two chunks, the second (17 queries over 37 keys) in the absorbed form: fewer FLOPs than
+  // up-projecting all 37 keys.
+  SequenceCache chunk_cache(rng, s, T);
   std::vector<float> chunked = run_chunk(block, chunk_cache, x, 0, 20, {}, 0);
   const std::vector<float> rest = run_chunk(block, chunk_cache, x, 20, T - 20, {}, 0);
   chunked.insert(chunked.end(), rest.begin(), rest.end());
   EXPECT_LT(rel_rms(chunked, ref), kBf16Tolerance) << "chunked";
   EXPECT_LT(rel_rms(chunked, full), kBf16Tolerance) << "chunked vs full";
 
-  SequenceCache decode_cache(rng, s, T);  // prompt of 3 (absorbed form too), then one at a time
+  SequenceCache decode_cache(rng, s, T);  // prompt of 3 (prefill form), then one at a time
   std::vector<float> decoded = run_chunk(block, decode_cache, x, 0, 3, {}, 0);
   for (int64_t t = 3; t < T; ++t) {
     const std::vector<float> step =
@@ -413,7 +416,8 @@ TEST(MlaBlock, SparseSelectionMatchesTheMaskedReference) {
   const int64_t T = 37, d = s.config.hidden_size;
   const std::vector<float> x = random_bf16(rng, T * d, 1.0f);
   const std::vector<float> dense_ref = reference_dense(s, x, T);
-  // Width 8: range 37 > 4·8, so the prefill runs in the absorbed form; width 12: the prefill form.
+  // The 37-token prefill runs in the prefill form (all keys in one 64-key block), the decode rows
+  // in the absorbed form.
   for (int64_t width : {8, 12}) {
     SCOPED_TRACE(::testing::Message() << "width " << width);
     const std::vector<int32_t> sel = hand_made_selection(rng, T, width);
@@ -524,6 +528,65 @@ TEST(MlaBlock, KimiVariantsMatchTheReference) {
       decoded.insert(decoded.end(), step.begin(), step.end());
     }
     EXPECT_LT(rel_rms(decoded, ref), kBf16Tolerance) << "decode";
+  }
+}
+
+// The form choice by FLOP count on DeepSeek-V2-Lite's MLA dims (16 heads, r_kv 512, d 128/64/128).
+TEST(MlaFormFlops, CountsTheFormulasAndPicksTheCheaperForm) {
+  const MlaConfig c{.hidden_size = 2048,
+                    .num_heads = 16,
+                    .kv_lora_rank = 512,
+                    .qk_nope_head_dim = 128,
+                    .qk_rope_head_dim = 64,
+                    .v_head_dim = 128,
+                    .rope = std::nullopt};
+  const double projection = 2.0 * 16 * 512 * 256;  // W_UK and W_UV, per query or per key
+  const double pair_absorbed = 2.0 * 16 * (2 * 512 + 64), pair_prefill = 2.0 * 16 * 320;
+  const auto chunk = [](int32_t first, int32_t count) {
+    std::vector<int32_t> positions(static_cast<size_t>(count));
+    std::iota(positions.begin(), positions.end(), first);
+    return positions;
+  };
+  {  // one decode row at position 100: 101 keys
+    const std::vector<int32_t> pos = chunk(100, 1);
+    const MlaFormFlops f =
+        mla_form_flops(c, {.positions = pos, .selection = {}, .selection_width = 0});
+    EXPECT_DOUBLE_EQ(f.absorbed, projection + 101 * pair_absorbed);
+    EXPECT_DOUBLE_EQ(f.prefill, 101 * projection + 101 * pair_prefill);
+    EXPECT_LT(f.absorbed, f.prefill);
+  }
+  {  // a prefix hit: 64 new tokens after 1984 cached ones
+    const std::vector<int32_t> pos = chunk(1984, 64);
+    const MlaFormFlops f =
+        mla_form_flops(c, {.positions = pos, .selection = {}, .selection_width = 0});
+    const double pairs = 64.0 * 1985 + 64.0 * 63 / 2;
+    EXPECT_DOUBLE_EQ(f.absorbed, 64 * projection + pairs * pair_absorbed);
+    EXPECT_DOUBLE_EQ(f.prefill, 2048 * projection + pairs * pair_prefill);
+    EXPECT_LT(f.absorbed, f.prefill);
+  }
+  {  // a fresh prefill of 512 tokens: the same projections, cheaper pairs
+    const std::vector<int32_t> pos = chunk(0, 512);
+    const MlaFormFlops f =
+        mla_form_flops(c, {.positions = pos, .selection = {}, .selection_width = 0});
+    EXPECT_LT(f.prefill, f.absorbed);
+  }
+  {  // after 2048 cached keys: 100 new tokens absorbed, 1000 in the prefill form (even at ~160)
+    const std::vector<int32_t> short_chunk = chunk(2048, 100), long_chunk = chunk(2048, 1000);
+    const MlaFormFlops a =
+        mla_form_flops(c, {.positions = short_chunk, .selection = {}, .selection_width = 0});
+    const MlaFormFlops b =
+        mla_form_flops(c, {.positions = long_chunk, .selection = {}, .selection_width = 0});
+    EXPECT_LT(a.absorbed, a.prefill);
+    EXPECT_LT(b.prefill, b.absorbed);
+  }
+  {  // sparse: two queries selecting keys of 64-key blocks 0, 2 and 3 of a 200-key range
+    const std::vector<int32_t> pos = {198, 199};
+    const std::vector<int32_t> sel = {0, 5, 130, -1, 1, 199, 131, 63};
+    const MlaFormFlops f =
+        mla_form_flops(c, {.positions = pos, .selection = sel, .selection_width = 4});
+    // Blocks [0, 64), [128, 192) and the partial [192, 200) are up-projected; −1 is skipped.
+    EXPECT_DOUBLE_EQ(f.prefill, (64 + 64 + 8) * projection + 7 * pair_prefill);
+    EXPECT_DOUBLE_EQ(f.absorbed, 2 * projection + 7 * pair_absorbed);
   }
 }
 
