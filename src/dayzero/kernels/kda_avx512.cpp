@@ -564,14 +564,22 @@ void chunk_avx512(const ChunkArgs& a, int64_t t0, int64_t n, int64_t h, float* s
 
 // How far ahead the recurrence prefetches its token rows (one token takes ≈ 2 µs per head).
 constexpr int64_t kPrefetchTokens = 2;
+// Both kernels run a worker's heads in groups of kHeadGroup, token block (recurrence: kTokenBlock
+// tokens; chunked: one chunk) by token block, every head of the group in turn. One token's rows of
+// neighbouring heads are adjacent (8 heads × 512 B = one 4 KiB page at d = 128), so a page's TLB
+// entry and the prefetched lines serve the whole group, where head by head over all tokens each
+// row costs a page walk (measured: 1.9 → 1.3 µs per token and head at H 32, T 4096 when the inputs
+// are not on huge pages). The group's states (8 × 64 KiB) stay in L2.
+constexpr int64_t kHeadGroup = 8;
+constexpr int64_t kTokenBlock = 16;
 
 template <int NB>
-void recurrent_head_avx512(const ChunkArgs& a, int64_t num_tokens, int64_t h, float* s,
-                           float* out) {
+void recurrent_head_avx512(const ChunkArgs& a, int64_t t_begin, int64_t t_end, int64_t num_tokens,
+                           int64_t h, float* s, float* out) {
   constexpr int64_t d = NB * 16;
   const int64_t H = a.num_heads;
   alignas(64) float alpha[d];
-  for (int64_t t = 0; t < num_tokens; ++t) {
+  for (int64_t t = t_begin; t < t_end; ++t) {
     const int64_t base = (t * H + h) * d;
     const float *kt = a.k + base, *qt = a.q + base, *vt = a.v + base;
     if (t + kPrefetchTokens < num_tokens) {  // see prefetch_rows
@@ -614,11 +622,18 @@ void kda_recurrent_avx512(const ExecContext& ctx, const KdaDims& dims, const flo
   DZ_CHECK(d == 64 || d == 128, "KDA AVX-512 head_dim {}", d);
   const ChunkArgs args{q, k, v, g, beta, dims.num_heads, 1.0f / std::sqrt(static_cast<float>(d))};
   parallel_for(ctx, dims.num_heads, 1, [&](int64_t h_begin, int64_t h_end) {
-    for (int64_t h = h_begin; h < h_end; ++h) {
-      if (d == 128) {
-        recurrent_head_avx512<8>(args, num_tokens, h, state + h * d * d, out);
-      } else {
-        recurrent_head_avx512<4>(args, num_tokens, h, state + h * d * d, out);
+    // Groups of kHeadGroup heads walk the tokens in blocks (see kHeadGroup).
+    for (int64_t hg = h_begin; hg < h_end; hg += kHeadGroup) {
+      const int64_t hg_end = std::min(hg + kHeadGroup, h_end);
+      for (int64_t t0 = 0; t0 < num_tokens; t0 += kTokenBlock) {
+        const int64_t t1 = std::min(t0 + kTokenBlock, num_tokens);
+        for (int64_t h = hg; h < hg_end; ++h) {
+          if (d == 128) {
+            recurrent_head_avx512<8>(args, t0, t1, num_tokens, h, state + h * d * d, out);
+          } else {
+            recurrent_head_avx512<4>(args, t0, t1, num_tokens, h, state + h * d * d, out);
+          }
+        }
       }
     }
   });
@@ -644,23 +659,24 @@ void kda_chunked_avx512(const ExecContext& ctx, const KdaDims& dims, const float
     const unsigned saved_csr = _mm_getcsr();
     _mm_setcsr(saved_csr | 0x8040);  // FTZ | DAZ for this worker (see chunk_avx512)
     if (use_amx) configure_tiles();
-    for (int64_t h = h_begin; h < h_end; ++h) {
+    for (int64_t hg = h_begin; hg < h_end; hg += kHeadGroup) {
+      const int64_t hg_end = std::min(hg + kHeadGroup, h_end);
       int64_t t0 = 0;
       while (t0 < num_tokens) {
         const int64_t n = std::min(chunk_size - (pos_begin + t0) % chunk_size, num_tokens - t0);
-        // The next chunk's rows while this one computes (the first chunk of the next head too).
-        if (t0 + n < num_tokens) {
-          prefetch_rows(args, d, h, t0 + n, std::min(t0 + n + chunk_size, num_tokens));
-        } else if (h + 1 < h_end) {
-          prefetch_rows(args, d, h + 1, 0, std::min(chunk_size, num_tokens));
-        }
-        float* sh = state + h * d * d;
-        if (d == 128) {
-          use_amx ? chunk_avx512<8, true>(args, t0, n, h, sh, out, b)
-                  : chunk_avx512<8, false>(args, t0, n, h, sh, out, b);
-        } else {
-          use_amx ? chunk_avx512<4, true>(args, t0, n, h, sh, out, b)
-                  : chunk_avx512<4, false>(args, t0, n, h, sh, out, b);
+        for (int64_t h = hg; h < hg_end; ++h) {
+          // This head's rows of the next chunk while this one computes.
+          if (t0 + n < num_tokens) {
+            prefetch_rows(args, d, h, t0 + n, std::min(t0 + n + chunk_size, num_tokens));
+          }
+          float* sh = state + h * d * d;
+          if (d == 128) {
+            use_amx ? chunk_avx512<8, true>(args, t0, n, h, sh, out, b)
+                    : chunk_avx512<8, false>(args, t0, n, h, sh, out, b);
+          } else {
+            use_amx ? chunk_avx512<4, true>(args, t0, n, h, sh, out, b)
+                    : chunk_avx512<4, false>(args, t0, n, h, sh, out, b);
+          }
         }
         t0 += n;
       }
