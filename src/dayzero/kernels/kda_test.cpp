@@ -208,6 +208,24 @@ TEST(KdaTest, ChunkedMatchesRefAtEdgeLengthsC64) {
   check_edge_lengths(64, {32, 128});
 }
 
+// More heads than one head group of the AVX-512 kernels (8) per worker: groups of 8 + 3 on one
+// thread, 6 + 5 split on two.
+TEST(KdaTest, ManyHeadsMatchRef) {
+  const Inputs in = make_inputs({11, 64}, 41, Gate::kModerate, 29);
+  const Result ref = run_ref(in);
+  for (int threads : {1, 2}) {
+    const std::string what = std::to_string(threads) + " thread(s)";
+    for (Variant variant : variants(in.dims)) {
+      expect_close(run_chunked(ExecContext{threads}, in, 5, 16, variant), ref,
+                   what + name(variant));
+    }
+    Result r{std::vector<float>(in.q.size()), in.state};
+    kda_recurrent(ExecContext{threads}, in.dims, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
+                  in.beta.data(), in.num_tokens, r.state.data(), r.out.data());
+    expect_close(r, ref, what + " recurrent");
+  }
+}
+
 // Chunk boundaries at every offset: the first chunk has C − pos_begin % C rows.
 TEST(KdaTest, ChunkedMatchesRefForEveryStartOffset) {
   for (int64_t chunk : {16, 64}) {
