@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "dayzero/formats/codecs.h"
+#include "dayzero/kernels/cpu_features.h"
+#include "dayzero/kernels/linear_kernels.h"
 
 namespace dz::kernels {
 
@@ -40,6 +42,12 @@ void layer_norm(const ExecContext& ctx, const float* x, int64_t x_stride, const 
 }
 
 void round_to_bf16(float* x, int64_t num_elems) {
+  // The AVX-512 loop rounds exactly as formats::round_to_bf16 (RNE, NaN → the quiet NaN); the
+  // scalar codec call per element was ~5 % of a batch-64 decode step (performance.md, issue 8).
+  if (cpu_features().avx512) {
+    detail::round_to_bf16_avx512(x, num_elems, nullptr, x);
+    return;
+  }
   for (int64_t i = 0; i < num_elems; ++i) x[i] = formats::round_to_bf16(x[i]);
 }
 
