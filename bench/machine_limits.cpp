@@ -1,6 +1,7 @@
 #include "machine_limits.h"
 
 #include <omp.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -26,29 +27,40 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// CPU seconds of the whole process, all threads.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
 // Repeats `run` until `min_seconds` have passed (at least twice, the first run warms up) and
 // returns the best time of one run: the machine is shared, and the best run is the least disturbed.
+// cpu_threads > 0: a run's time is the process CPU time it took / cpu_threads (see cpu_clock).
 template <typename Fn>
-double best_seconds(double min_seconds, Fn&& run) {
+double best_seconds(double min_seconds, int cpu_threads, Fn&& run) {
   run();
   double best = 1e30, total = 0;
   for (int reps = 0; reps < 2 || total < min_seconds; ++reps) {
     auto start = Clock::now();
+    const double cpu_start = process_cpu_seconds();
     run();
     double elapsed = seconds_since(start);
-    best = std::min(best, elapsed);
+    const double cpu = (process_cpu_seconds() - cpu_start) / std::max(cpu_threads, 1);
+    best = std::min(best, cpu_threads > 0 ? cpu : elapsed);
     total += elapsed;
   }
   return best;
 }
 
-double measure_dram_read_gbps(const AlignedBuffer& buffer, int num_threads, double min_seconds) {
+double measure_dram_read_gbps(const AlignedBuffer& buffer, int num_threads, double min_seconds,
+                              bool cpu_clock) {
   const auto* data = reinterpret_cast<const float*>(buffer.data());
   size_t num_floats = buffer.size_bytes() / sizeof(float);
   // Each thread reads its own contiguous slice, 64-byte aligned.
   size_t slice_floats = (num_floats / static_cast<size_t>(num_threads)) / 16 * 16;
   volatile float sink = 0;
-  double seconds = best_seconds(min_seconds, [&] {
+  double seconds = best_seconds(min_seconds, cpu_clock ? num_threads : 0, [&] {
     float total = 0;
 #pragma omp parallel for num_threads(num_threads) reduction(+ : total)
     for (int t = 0; t < num_threads; ++t)
@@ -91,7 +103,7 @@ GemmFigure measure_gemm(dnnl::memory::data_type dtype, const LimitsOptions& opti
       bytes[i] = static_cast<uint8_t>(i % 2 ? 0x3C + byte(rng) % 2 : byte(rng));
   }
   dnnl::matmul gemm(pd);
-  double seconds = best_seconds(options.min_seconds, [&] {
+  double seconds = best_seconds(options.min_seconds, options.cpu_clock ? num_threads : 0, [&] {
     gemm.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
     stream.wait();
   });
@@ -111,8 +123,10 @@ MachineLimits measure_limits(const LimitsOptions& options) {
   // First touch from the threads that will read it, and nonzero contents.
 #pragma omp parallel for num_threads(limits.num_threads)
   for (size_t i = 0; i < floats.size(); ++i) floats[i] = static_cast<float>(i % 1024) * 0.5f;
-  limits.dram_read_gbps_1thread = measure_dram_read_gbps(buffer, 1, options.min_seconds);
-  limits.dram_read_gbps = measure_dram_read_gbps(buffer, limits.num_threads, options.min_seconds);
+  limits.dram_read_gbps_1thread =
+      measure_dram_read_gbps(buffer, 1, options.min_seconds, options.cpu_clock);
+  limits.dram_read_gbps =
+      measure_dram_read_gbps(buffer, limits.num_threads, options.min_seconds, options.cpu_clock);
 
   GemmFigure f32 = measure_gemm(dnnl::memory::data_type::f32, options, limits.num_threads);
   GemmFigure bf16 = measure_gemm(dnnl::memory::data_type::bf16, options, limits.num_threads);

@@ -21,6 +21,9 @@ struct LimitsOptions {
   long long dram_bytes = 2LL << 30;  // buffer read, well over the L3 (260–480 MiB seen)
   int gemm_m = 1024, gemm_n = 4096, gemm_k = 4096;
   double min_seconds = 1.0;  // per measurement
+  // Time by the process's CPU seconds divided by the threads that ran instead of wall time: on a
+  // loaded machine, the rate while the threads had their cores (`dayzero bench ops --clock cpu`).
+  bool cpu_clock = false;
 };
 
 MachineLimits measure_limits(const LimitsOptions& options);

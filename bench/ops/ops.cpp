@@ -130,6 +130,7 @@ MachineLimits measure_limits_for_ops(const OpsOptions& options) {
   LimitsOptions limits;
   limits.num_threads = options.num_threads;
   limits.min_seconds = 0.5;
+  limits.cpu_clock = options.cpu_clock;  // the same clock as the cases
   if (options.quick) {
     // Enough to exercise the code path in a test; the figures are not the machine's.
     limits.dram_bytes = 16LL << 20;

@@ -65,7 +65,8 @@ class BenchOpsCli(unittest.TestCase):
             self.assertAlmostEqual(ratio["value"], expected, delta=1e-9 * expected)
 
     def test_filter_and_list(self):
-        report = self.run_json("--filter", "kda.")
+        report = self.run_json("--filter", "kda.", "--clock", "cpu")
+        self.assertEqual(report["clock"], "cpu")
         names = sorted(c["name"] for c in report["cases"])
         self.assertEqual(len(names), 2)
         self.assertTrue(names[0].startswith("kda.chunked."), names)
