@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dayzero/cli/bench_model_command.h"
 #include "dayzero/cli/bench_ops_command.h"
 #include "dayzero/cli/bench_serve_command.h"
 #include "dayzero/cli/commands.h"
@@ -64,12 +65,18 @@ RunCommand add_bench_command(CLI::App& app) {
   limits->add_flag("--json", *as_json, "Print the figures as JSON");
   RunCommand run_serve = add_bench_serve_subcommand(*command);
   auto* serve = command->get_subcommand("serve");
+  RunCommand run_decode = add_bench_decode_subcommand(*command);
+  RunCommand run_prefill = add_bench_prefill_subcommand(*command);
+  auto* decode = command->get_subcommand("decode");
+  auto* prefill = command->get_subcommand("prefill");
   RunCommand run_ops = add_bench_ops_subcommand(*command);
   auto* ops = command->get_subcommand("ops");
   return [=] {
     options->dram_bytes = *dram_mib << 20;
     if (limits->parsed()) return run_limits(*options, *as_json);
     if (serve->parsed()) return run_serve();
+    if (decode->parsed()) return run_decode();
+    if (prefill->parsed()) return run_prefill();
     if (ops->parsed()) return run_ops();
     return 1;
   };

@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "dayzero/core/parallel.h"
 #include "dayzero/formats/codecs.h"
 #include "dayzero/formats/hf_config.h"
 #include "dayzero/kernels/rope.h"
@@ -125,11 +126,29 @@ class Rng {
   uint64_t state_;
 };
 
+// Quantised random codes by table lookup: entry i is the code of the value at the centre of the
+// i-th of 2^bits equal slices of the uniform range, so drawing `bits` random bits picks a code
+// with the probability that rounding the uniform value would (to within one slice). GiB of
+// expert weights then cost one table read per code instead of a float encode.
+template <int kBits>
+struct CodeTable {
+  std::array<uint8_t, size_t{1} << kBits> codes{};
+  template <typename Encode>
+  CodeTable(float stddev, Encode encode) {
+    const float half_range = 1.7320508f * stddev;
+    for (size_t i = 0; i < codes.size(); ++i) {
+      const float u = (static_cast<float>(i) + 0.5f) / static_cast<float>(codes.size());
+      codes[i] = encode((2.0f * u - 1.0f) * half_range);
+    }
+  }
+};
+
 class Builder {
  public:
-  Builder(const SyntheticModelConfig& config)
+  Builder(const SyntheticModelConfig& config) : Builder(config, config.seed) {}
+  Builder(const SyntheticModelConfig& config, uint64_t seed)
       : config_(config),
-        rng_(config.seed),
+        rng_(seed),
         out_gain_(1.0f / std::sqrt(2.0f * static_cast<float>(config.num_layers))) {}
 
   std::vector<float> values(int64_t n, float stddev, float mean = 0.0f) {
@@ -258,8 +277,19 @@ class Builder {
     MoeWeights w;
     w.gate_weight = values(f.num_experts * d, 1.0f / std::sqrt(static_cast<float>(d)));
     w.e_score_correction_bias = values(f.num_experts, 0.01f);
-    for (int64_t e = 0; e < f.num_experts; ++e)
-      w.experts.push_back(mlp(f.moe_intermediate_size, config_.expert_format));
+    // Experts in parallel (GiB of them in the bandwidth configs), each from its own seed drawn
+    // in order, so the model does not depend on the thread count.
+    std::vector<uint64_t> seeds(static_cast<size_t>(f.num_experts));
+    for (uint64_t& seed : seeds) seed = rng_.next();
+    w.experts.resize(static_cast<size_t>(f.num_experts));
+    parallel_for(ExecContext{.num_threads = default_num_threads()}, f.num_experts, 1,
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t e = begin; e < end; ++e) {
+                     Builder expert(config_, seeds[static_cast<size_t>(e)]);
+                     w.experts[static_cast<size_t>(e)] =
+                         expert.mlp(f.moe_intermediate_size, config_.expert_format);
+                   }
+                 });
     if (f.num_shared_experts > 0)
       w.shared_experts.push_back(
           mlp(f.num_shared_experts * f.moe_intermediate_size, config_.weight_format));
@@ -270,8 +300,13 @@ class Builder {
   // E4M3 codes of values of RMS 1 times one FP32 scale per 128×128 block (stddev, jittered by
   // a power of two either way so blocks differ).
   LinearWeight fp8_block(int64_t out, int64_t in, float stddev) {
+    static const CodeTable<16> table(1.0f, [](float x) { return formats::encode_e4m3(x); });
     std::vector<uint8_t> codes(static_cast<size_t>(out * in));
-    for (uint8_t& code : codes) code = formats::encode_e4m3(rng_.uniform(1.0f));
+    for (size_t i = 0; i < codes.size(); i += 4) {
+      const uint64_t r = rng_.next();
+      for (size_t j = 0; j < 4 && i + j < codes.size(); ++j)
+        codes[i + j] = table.codes[(r >> (16 * j)) & 0xFFFF];
+    }
     const int64_t rows = (out + kFp8Block - 1) / kFp8Block, cols = (in + kFp8Block - 1) / kFp8Block;
     std::vector<float> scales(static_cast<size_t>(rows * cols));
     for (float& s : scales) s = stddev * std::exp2(static_cast<float>(rng_.next() % 3) - 1.0f);
@@ -285,11 +320,15 @@ class Builder {
   // E2M1 codes of values of RMS ~1.1 (|x| < 2), one E8M0 scale per 32 elements: 2^e with
   // 2^e·1.1 ≈ stddev.
   LinearWeight mxfp4(int64_t out, int64_t in, float stddev) {
+    static const CodeTable<8> table(1.1f, [](float x) { return formats::encode_e2m1(x); });
     std::vector<uint8_t> packed(static_cast<size_t>(out * in / 2));
-    for (uint8_t& byte : packed) {
-      const uint8_t lo = formats::encode_e2m1(rng_.uniform(1.1f));
-      const uint8_t hi = formats::encode_e2m1(rng_.uniform(1.1f));
-      byte = static_cast<uint8_t>(lo | (hi << 4));
+    for (size_t i = 0; i < packed.size(); i += 4) {
+      const uint64_t r = rng_.next();
+      for (size_t j = 0; j < 4 && i + j < packed.size(); ++j) {
+        const uint8_t lo = table.codes[(r >> (16 * j)) & 0xFF];
+        const uint8_t hi = table.codes[(r >> (16 * j + 8)) & 0xFF];
+        packed[i + j] = static_cast<uint8_t>(lo | (hi << 4));
+      }
     }
     const int exponent = static_cast<int>(std::lround(std::log2(stddev / 1.1f)));
     std::vector<uint8_t> scales(static_cast<size_t>(out * in / 32), formats::encode_e8m0(exponent));
