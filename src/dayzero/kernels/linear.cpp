@@ -50,12 +50,13 @@ using dnnl::memory;
 using Dt = memory::data_type;
 using Tag = memory::format_tag;
 
-// GEMV below this many tokens (passes of detail::kFp8GemvMaxTokens reading the weights once each):
-// its cost grows by ≈ 2 VDPBF16PS per 64 codes per token, while the tile path pays a fixed
-// dequantization and per-tile oneDNN call and then runs on AMX. Measured on [2048, 7168] (1
-// thread, CPU time, linear_fp8_bench): GEMV 3.0 / 3.5 / 5.8 / 6.9 / 10.1 ms at 6 / 8 / 12 / 16 /
-// 24 tokens, tiles 6.7 / 6.9 / 7.2 / 6.9 / 7.5 ms: they cross at 16.
-constexpr int64_t kFp8GemmMinTokens = 16;
+// GEMV below this many tokens (one pass of detail::kFp8GemvMaxTokens reads the weights once): its
+// cost grows by ≈ 2 VDPBF16PS per 64 codes per token, while the tile path pays a fixed
+// dequantization (byte tables, ≈ DRAM-bound) and per-tile oneDNN calls, then runs on AMX.
+// Measured on [2048, 7168], 1 thread, CPU time, loaded machine (±30 % between runs), two
+// alternating rounds: GEMV 6.0–8.0 / 10.2–11.3 / 11.9–13.3 ms at 8 / 12 / 16 tokens, tiles
+// 6.8–7.1 / 5.5–8.0 / 7.5–9.0 ms: even at 8, so a second GEMV pass (9+) never pays.
+constexpr int64_t kFp8GemmMinTokens = 9;
 // Output rows per dequantized tile: 64 × 7168 BF16 is 0.9 MiB, half the L2, leaving room for
 // oneDNN's packed copy of it.
 constexpr int64_t kTileRows = 64;
@@ -601,6 +602,9 @@ void LinearWeight::Impl::forward_fp8_tiles(const ExecContext& ctx, const float* 
       if (f32)
         detail::fp8_dequantize_rows_f32_avx512(code_data(), scale_data(), block, row_begin,
                                                row_begin + rows, reinterpret_cast<float*>(tile));
+      else if (fp8_bf16)
+        detail::fp8_dequantize_rows_bf16_vbmi(code_data(), scale_data(), block, row_begin,
+                                              row_begin + rows, reinterpret_cast<uint16_t*>(tile));
       else
         detail::fp8_dequantize_rows_bf16_avx512(code_data(), scale_data(), block, row_begin,
                                                 row_begin + rows,

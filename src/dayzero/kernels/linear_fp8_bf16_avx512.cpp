@@ -14,6 +14,10 @@
 #include <immintrin.h>
 
 #include <array>
+#include <cstring>
+
+#include "dayzero/formats/codecs.h"
+#include "dayzero/formats/decode_tables.h"
 
 #include "dayzero/kernels/linear_kernels.h"
 
@@ -147,6 +151,63 @@ void gemv_rows(const uint8_t* codes, const float* scale_inv, const formats::Fp8B
 }
 
 }  // namespace
+
+void fp8_dequantize_rows_bf16_vbmi(const uint8_t* codes, const float* scale_inv,
+                                   const formats::Fp8BlockShape& shape, int64_t row_begin,
+                                   int64_t row_end, uint16_t* out) {
+  const Decoder decoder;
+  const int64_t in = shape.num_cols, num_scale_cols = shape.num_scale_cols();
+  // Qwords of (a, b) in element order: a holds elements 16L … 16L + 7, b 16L + 8 … 16L + 15.
+  const __m512i first_idx = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+  const __m512i second_idx = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+  const __m512i magnitude = _mm512_set1_epi16(0x7FFF);
+  for (int64_t i = row_begin; i < row_end; ++i) {
+    const uint8_t* w = codes + i * in;
+    const float* scale_row = scale_inv + (i / shape.block_rows) * num_scale_cols;
+    uint16_t* o = out + (i - row_begin) * in;
+    for (int64_t kb = 0; kb < num_scale_cols; ++kb) {
+      const int64_t col_begin = kb * shape.block_cols;
+      const int64_t col_end = col_begin + shape.block_cols < in ? col_begin + shape.block_cols : in;
+      uint32_t scale_bits = 0;
+      std::memcpy(&scale_bits, &scale_row[kb], sizeof(scale_bits));
+      const int exponent = static_cast<int>(scale_bits >> 23);
+      if ((scale_bits & 0x807FFFFF) != 0 || exponent == 0) {
+        // Zero or negative scales (the caller guarantees powers of two): per element, exact.
+        for (int64_t j = col_begin; j < col_end; ++j)
+          o[j] = formats::encode_bf16(formats::decode_e4m3(w[j]) * scale_row[kb]);
+        continue;
+      }
+      // × 2^(exponent − 127) adds to the BF16 exponent field of every nonzero value; with
+      // |exponent − 127| <= 100 (the caller's check) the result stays a normal BF16: exact.
+      const __m512i shift = _mm512_set1_epi16(static_cast<int16_t>((exponent - 127) * 128));
+      for (int64_t j = col_begin; j < col_end; j += 64) {
+        const int64_t n = col_end - j;
+        _mm_prefetch(reinterpret_cast<const char*>(w + j + kPrefetchL1Bytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w + j + kPrefetchL2Bytes), _MM_HINT_T1);
+        const __m512i c = n >= 64 ? _mm512_loadu_si512(w + j)
+                                  : _mm512_maskz_loadu_epi8((~uint64_t{0}) >> (64 - n), w + j);
+        __m512i a, b;
+        decoder.decode(c, a, b);
+        __m512i first = _mm512_permutex2var_epi64(a, first_idx, b);
+        __m512i second = _mm512_permutex2var_epi64(a, second_idx, b);
+        first =
+            _mm512_mask_add_epi16(first, _mm512_test_epi16_mask(first, magnitude), first, shift);
+        second =
+            _mm512_mask_add_epi16(second, _mm512_test_epi16_mask(second, magnitude), second, shift);
+        if (n >= 64) {
+          _mm512_storeu_si512(o + j, first);
+          _mm512_storeu_si512(o + j + 32, second);
+        } else {
+          const auto mask_first = n >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1);
+          const auto mask_second =
+              n > 32 ? static_cast<__mmask32>((uint64_t{1} << (n - 32)) - 1) : __mmask32{0};
+          _mm512_mask_storeu_epi16(o + j, mask_first, first);
+          _mm512_mask_storeu_epi16(o + j + 32, mask_second, second);
+        }
+      }
+    }
+  }
+}
 
 void fp8_pack_x_avx512(const float* x, int64_t in, uint16_t* out) {
   // Word 8L + k of half h of each 64 is element 16L + 8h + k (the unpack order above).

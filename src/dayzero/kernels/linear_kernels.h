@@ -48,6 +48,12 @@ void fp8_gemv_bf16_rows_avx512(const uint8_t* codes, const float* scale_inv,
                                const formats::Fp8BlockShape& shape, const uint16_t* x,
                                int64_t num_tokens, float* y, int64_t row_begin, int64_t row_end);
 
+// fp8_dequantize_rows_bf16_avx512 by the BF16 variant's byte tables (VBMI), for the same callers
+// (every scale a power of two within 2^±100); needs block_cols % 64 == 0. Equal value for value.
+void fp8_dequantize_rows_bf16_vbmi(const uint8_t* codes, const float* scale_inv,
+                                   const formats::Fp8BlockShape& shape, int64_t row_begin,
+                                   int64_t row_end, uint16_t* out);
+
 // Rows [row_begin, row_end) of W, dequantized into out [row_end − row_begin, in] row-major, as
 // BF16 codes (only exact when every scale of those rows is a power of two: the caller checks) or
 // as FP32. Both equal formats::dequantize_fp8_block value for value.
