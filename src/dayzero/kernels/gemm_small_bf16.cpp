@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "dayzero/core/check.h"
 #include "dayzero/kernels/cpu_features.h"
