@@ -1,16 +1,21 @@
 // `dayzero generate [--model DIR] --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P]
-// [--top-k K] [--min-p P] [--repetition-penalty R] [--stop S]... [--seed S]`: one completion,
-// streamed to stdout as tokens arrive (incomplete UTF-8 characters and text that may start a stop
-// string held back), ending at an eos id of the checkpoint, a stop string or after N tokens.
+// [--top-k K] [--min-p P] [--repetition-penalty R] [--stop S]... [--seed S] [--ignore-eos]
+// [--timing]`: one completion, streamed to stdout as tokens arrive (incomplete UTF-8 characters
+// and text that may start a stop string held back), ending at an eos id of the checkpoint (unless
+// --ignore-eos), a stop string or after N tokens. --timing prints one JSON line on stderr with the
+// prefill and decode times (wall and process CPU) for benchmarks (bench/peer_demo.py).
 // With --prompts-file FILE.jsonl instead of --prompt, every prompt of the file runs concurrently
 // through the serving engine (generate_batch.h), one JSON line per prompt.
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "dayzero/cli/commands.h"
 #include "dayzero/cli/default_model.h"
@@ -38,10 +43,19 @@ struct GenerateArgs {
   float repetition_penalty = 1.0f;
   std::vector<std::string> stop;
   uint64_t seed = 0;
+  bool ignore_eos = false;
+  bool timing = false;
   std::string prompts_file;
   EngineArgs engine;
   std::string dump_logits_dir;
 };
+
+// CPU seconds of this process (all its threads).
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 void write_out(const std::string& text) {
   std::fwrite(text.data(), 1, text.size(), stdout);
@@ -56,6 +70,7 @@ Status run(const GenerateArgs& args) {
                                    .repetition_penalty = args.repetition_penalty,
                                    .seed = args.seed,
                                    .stop = args.stop};
+  sampling.ignore_eos = args.ignore_eos;
   DZ_RETURN_IF_ERROR(runtime::validate_sampling_params(sampling));
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<serve::Tokenizer> tokenizer,
                       serve::load_tokenizer(args.model.model_dir));
@@ -85,8 +100,17 @@ Status run(const GenerateArgs& args) {
   std::vector<float> logits;
 
   auto start = std::chrono::steady_clock::now();
+  const double start_cpu = process_cpu_seconds();
   DZ_RETURN_IF_ERROR(seq.extend(ctx, prompt_ids, /*all_logits=*/false, logits));
   auto prefill_end = std::chrono::steady_clock::now();
+  const double prefill_cpu = process_cpu_seconds() - start_cpu;
+  // Decode steps alone (each one-token extend), without sampling and output; the first one apart
+  // (it builds the one-token oneDNN primitives).
+  double decode_seconds = 0.0;
+  double decode_cpu = 0.0;
+  double first_step_seconds = 0.0;
+  double first_step_cpu = 0.0;
+  int64_t num_decode_steps = 0;
   int64_t num_generated = 0;
   while (num_generated < args.max_tokens) {
     const int32_t token = sampler.sample(logits, num_generated, prompt_ids, output_ids).token;
@@ -95,7 +119,19 @@ Status run(const GenerateArgs& args) {
     output_ids.push_back(token);
     write_out(stop.push(text.push(tokenizer->token_bytes(token).value_or(""))));
     if (stop.stopped() || num_generated == args.max_tokens) break;
+    const auto step_start = std::chrono::steady_clock::now();
+    const double step_cpu = process_cpu_seconds();
     DZ_RETURN_IF_ERROR(seq.extend(ctx, std::span<const int32_t>(&token, 1), false, logits));
+    const double cpu = process_cpu_seconds() - step_cpu;
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+    if (num_decode_steps == 0) {
+      first_step_seconds = wall;
+      first_step_cpu = cpu;
+    }
+    decode_cpu += cpu;
+    decode_seconds += wall;
+    ++num_decode_steps;
   }
   if (!stop.stopped()) write_out(stop.push(text.finish()) + stop.finish());
   write_out("\n");
@@ -103,6 +139,20 @@ Status run(const GenerateArgs& args) {
   auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   spdlog::info("prompt {} tokens in {:.3f} s; {} generated in {:.3f} s", num_prompt,
                seconds(start, prefill_end), num_generated, seconds(prefill_end, end));
+  if (args.timing) {
+    const nlohmann::json timing = {{"prompt_tokens", num_prompt},
+                                   {"threads", ctx.num_threads},
+                                   {"prefill_s", seconds(start, prefill_end)},
+                                   {"prefill_cpu_s", prefill_cpu},
+                                   {"generated", num_generated},
+                                   {"decode_steps", num_decode_steps},
+                                   {"decode_s", decode_seconds},
+                                   {"decode_cpu_s", decode_cpu},
+                                   {"decode_first_step_s", first_step_seconds},
+                                   {"decode_first_step_cpu_s", first_step_cpu},
+                                   {"tokens", output_ids}};
+    std::fprintf(stderr, "%s\n", timing.dump().c_str());
+  }
   return Status::ok_status();
 }
 
@@ -159,6 +209,15 @@ RunCommand add_generate_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--stop", args->stop, "stop string (repeatable); cut before it");
   command->add_option("--seed", args->seed, "sampler seed")->capture_default_str();
+  auto* ignore_eos = command->add_flag(
+      "--ignore-eos", args->ignore_eos,
+      "keep generating past the checkpoint's eos ids (fixed-length runs for benchmarks)");
+  auto* timing = command->add_flag(
+      "--timing", args->timing,
+      "print one JSON line on stderr: prefill and decode seconds (wall and process CPU), decode "
+      "steps and the generated token ids");
+  ignore_eos->excludes(prompts_file);
+  timing->excludes(prompts_file);
   add_engine_options(*command, args->engine);
   command
       ->add_option("--dump-logits", args->dump_logits_dir,

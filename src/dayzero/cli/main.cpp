@@ -6,7 +6,9 @@
 #include <CLI/CLI.hpp>
 
 #include "dayzero/cli/commands.h"
+#include "dayzero/cli/model_args.h"
 #include "dayzero/core/logging.h"
+#include "dayzero/kernels/cpu_features.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -36,6 +38,9 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   dz::init_logging(log_level);
+  // A bad DZ_CPU_ISA is a usage error here, before any kernel runs (cpu_features.h).
+  if (dz::Result<dz::kernels::CpuIsa> isa = dz::kernels::cpu_isa_from_env(); !isa.ok())
+    return dz::cli::fail(isa.status());
   for (auto& [subcommand, run] : commands)
     if (subcommand->parsed()) return run();
   std::fputs(app.help().c_str(), stdout);
