@@ -20,9 +20,9 @@ one-token oneDNN primitives). PyTorch: dayzero_ref/demo_decode.DemoDecoder (KDA 
 short-conv state, MLA latent and indexer key caches, MoE for the one token), after one untimed
 warm-up prompt; both GEMV paths are measured (BF16 weights on oneDNN, FP32 weights on the generic
 BLAS) and the faster is the peer, named in the output. (A 256 × 768 GEMV alone takes ~50 µs in
-BF16 and ~110 µs in FP32 on one thread, yet FP32 decoded faster overall when measured: the BF16
-path adds casts, and its attention products change shape every step. The peer is eager PyTorch,
-whose per-operator overhead dominates a model this small.) Decode tokens/s = decode steps / their
+BF16 and ~110 µs in FP32 on one thread, but the BF16 path adds casts and attention products whose
+shape changes every step; on the shared machine either won in different runs. The peer is eager
+PyTorch, whose per-operator overhead dominates a model this small.) Decode tokens/s = decode steps / their
 time (each step: one token through the model plus the greedy pick). Rates are given per wall
 second and, for the one-thread comparison on a loaded machine, per CPU second of the process.
 
