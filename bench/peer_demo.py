@@ -22,9 +22,10 @@ warm-up prompt; both GEMV paths are measured (BF16 weights on oneDNN, FP32 weigh
 BLAS) and the faster is the peer, named in the output. (A 256 × 768 GEMV alone takes ~50 µs in
 BF16 and ~110 µs in FP32 on one thread, but the BF16 path adds casts and attention products whose
 shape changes every step; on the shared machine either won in different runs. The peer is eager
-PyTorch, whose per-operator overhead dominates a model this small.) Decode tokens/s = decode steps / their
-time (each step: one token through the model plus the greedy pick). Rates are given per wall
-second and, for the one-thread comparison on a loaded machine, per CPU second of the process.
+PyTorch, whose per-operator overhead dominates a model this small.) Decode tokens/s = decode
+steps / their time (each step: one token through the model plus the greedy pick). Rates are given
+per wall second and, for the one-thread comparison on a loaded machine, per CPU second of the
+process.
 
 The ratio is dayzero / PyTorch (> 1: dayzero faster). The load average is printed beside the
 figures: other processes on the machine slow both sides, unevenly.
