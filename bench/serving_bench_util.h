@@ -1,7 +1,7 @@
 #pragma once
 // Shared by the serving benchmarks (batched decode, cache utilisation, prefix TTFT): loading a
 // synthetic model from bench/configs. The batch builder, the load average and the distinct-expert
-// counter live in model_bench.h (dz_bench_model), shared with `dayzero bench decode`.
+// counter live in model_sweep.h (dz_bench_model), shared with `dayzero bench decode`.
 
 #include <algorithm>
 #include <cstdint>
@@ -19,7 +19,7 @@
 #include "dayzero/model/hybrid_model.h"
 #include "dayzero/model/synthetic_model.h"
 #include "dayzero/model/taps.h"
-#include "model_bench.h"
+#include "model_sweep.h"
 
 namespace dz::bench {
 

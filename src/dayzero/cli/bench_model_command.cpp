@@ -4,7 +4,7 @@
 // [--threads N] [--json]`.
 //
 // Decode: for each context and batch size B, B sequences whose cache already holds `context`
-// tokens (written directly, not prefilled: bench/model_bench.h says why and what that keeps), timed
+// tokens (written directly, not prefilled: bench/model_sweep.h says why and what that keeps), timed
 // one-token-per-sequence steps (model.forward, every row's logits). Per row: ms/step, tokens/s,
 // bytes read per step (weights in the form decode reads + distinct routed experts + the cache
 // records, indexer keys and states actually read), GB/s and fraction of the DRAM bandwidth, the
@@ -29,7 +29,7 @@
 #include "dayzero/cli/model_args.h"
 #include "dayzero/core/parallel.h"
 #include "machine_limits.h"
-#include "model_bench.h"
+#include "model_sweep.h"
 
 namespace dz::cli {
 namespace {

@@ -2,7 +2,7 @@
 // `dayzero bench decode` and `dayzero bench prefill`: end-to-end model benchmarks (issue 8 item 1)
 // on a synthetic model built from a bench/configs/*.json (random weights, no file) or a checkpoint
 // directory, reported against the limits measured in the same run. Siblings of `bench limits`,
-// registered by bench_command.cpp; the arithmetic lives in bench/model_bench.h.
+// registered by bench_command.cpp; the arithmetic lives in bench/model_sweep.h.
 
 #include <CLI/CLI.hpp>
 

@@ -1,4 +1,4 @@
-#include "model_bench.h"
+#include "model_sweep.h"
 
 #include <algorithm>
 #include <chrono>
