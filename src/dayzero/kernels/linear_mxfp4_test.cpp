@@ -229,7 +229,10 @@ TEST(LinearMxfp4, RowsLongerThanTheWorkspaceRunTheGemvInPasses) {
     const std::vector<float> x = random_x(rng, tokens * w.in);
     std::vector<float> y(static_cast<size_t>(tokens * w.out));
     linear->forward(ExecContext{2}, x.data(), tokens, y.data());
-    EXPECT_LT(rel_rms(w, x, tokens, y), kTolerance) << tokens;
+    // One dot product of 524,320 terms in FP32: the portable path (DZ_CPU_ISA=generic) sums it
+    // with few accumulators, whose rounding grows like √n · 2⁻²⁴ ≈ 4e-5 (1.3e-5 seen), above the
+    // bound of ordinary rows.
+    EXPECT_LT(rel_rms(w, x, tokens, y), 1e-4) << tokens;
   }
 }
 
