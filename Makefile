@@ -46,8 +46,12 @@ fuzz: deps
 	cmake --build $(FUZZ_BUILD)
 	ctest --test-dir $(FUZZ_BUILD) --output-on-failure -L fuzz
 
+# The whole benchmark suite (limits, operators, decode/prefill sweeps, PyTorch peer; ~15 min on a
+# quiet machine), its JSON in BENCH_OUT and the table of docs/performance.md on stdout.
+BENCH_OUT ?= bench-results
 bench: build
-	$(BUILD)/src/dayzero/cli/dayzero bench limits
+	bash bench/run_suite.sh $(BUILD)/src/dayzero/cli/dayzero $(BENCH_OUT)
+	/usr/bin/python3 bench/suite_report.py $(BENCH_OUT)
 
 format:
 	find src bench fuzz tests -name '*.h' -o -name '*.cpp' | xargs clang-format -i
