@@ -1,5 +1,9 @@
 #include "dayzero/kernels/cpu_features.h"
 
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -31,6 +35,19 @@ Result<CpuIsa> cpu_isa_from_env() {
   return parse_cpu_isa(value == nullptr ? std::string_view() : std::string_view(value));
 }
 
+namespace {
+
+// CPUID.(7,0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE; then Linux must grant the tile data state to
+// this process (arch_prctl ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18).
+bool amx_bf16_granted() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  if ((edx & (1u << 22)) == 0 || (edx & (1u << 24)) == 0) return false;
+  return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+}
+
+}  // namespace
+
 const CpuFeatures& cpu_features() {
   static const CpuFeatures features = [] {
     CpuFeatures f;
@@ -41,8 +58,9 @@ const CpuFeatures& cpu_features() {
     Result<CpuIsa> isa = cpu_isa_from_env();
     DZ_CHECK(isa.ok(), "{}", isa.status().message());
     f = cap_cpu_features(f, *isa);
-    spdlog::debug("kernels: avx512 {}, avx512_vbmi {}, avx512_bf16 {} ({} {})", f.avx512,
-                  f.avx512_vbmi, f.avx512_bf16, kCpuIsaEnv,
+    f.amx_bf16 = f.avx512_bf16 && amx_bf16_granted();
+    spdlog::debug("kernels: avx512 {}, avx512_vbmi {}, avx512_bf16 {}, amx_bf16 {} ({} {})",
+                  f.avx512, f.avx512_vbmi, f.avx512_bf16, f.amx_bf16, kCpuIsaEnv,
                   *isa == CpuIsa::kGeneric ? "generic" : "detect");
     return f;
   }();

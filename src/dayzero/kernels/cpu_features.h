@@ -18,6 +18,9 @@ struct CpuFeatures {
   bool avx512 = false;       // F, BW, VL, DQ (and F16C, which every AVX-512 part has)
   bool avx512_vbmi = false;  // VPERMI2B byte tables (formats.md §6.4a)
   bool avx512_bf16 = false;  // VDPBF16PS (the MXFP4 GEMV, formats.md §6.6)
+  // AMX-TILE and AMX-BF16, with the tile data state granted to this process by the OS (Linux
+  // asks each process to request it); only alongside avx512_bf16.
+  bool amx_bf16 = false;
 };
 
 inline constexpr const char* kCpuIsaEnv = "DZ_CPU_ISA";

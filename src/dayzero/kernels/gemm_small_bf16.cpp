@@ -1,9 +1,5 @@
 #include "dayzero/kernels/gemm_small_bf16.h"
 
-#include <cpuid.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <vector>
 
@@ -27,15 +23,7 @@ constexpr int64_t kBlockDepth = 32;
 }  // namespace
 
 bool gemm_small_bf16_amx_available() {
-  // CPUID.(7,0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE; then Linux must grant the tile data state
-  // to this process (arch_prctl ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18).
-  static const bool os_ok = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
-    if ((edx & (1u << 22)) == 0 || (edx & (1u << 24)) == 0) return false;
-    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-  }();
-  return os_ok && cpu_features().avx512 && cpu_features().avx512_bf16;
+  return cpu_features().amx_bf16;
 }
 
 std::optional<AmxPanelWeight> amx_panel_weight(const dnnl::memory::desc& desc, const void* data,

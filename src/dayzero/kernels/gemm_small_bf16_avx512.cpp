@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "dayzero/kernels/amx_tiles.h"
 #include "dayzero/kernels/gemm_small_bf16.h"
 
 namespace dz::kernels::detail {
@@ -20,29 +21,6 @@ constexpr int64_t kBlockDepth = 32;
 constexpr int64_t kBlockElems = kBlockDepth * kPanelCols;  // BF16 codes per 32 × 64 block
 constexpr int kBRowBytes = kPanelCols * 2 * 2;             // one K pair of a block row
 constexpr int64_t kPrefetchBlocks = 4;
-
-struct TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-__attribute__((target("amx-tile"))) void configure_tiles() {
-  alignas(64) TileConfig config;
-  for (int tile = 0; tile < 8; ++tile) {
-    config.rows[tile] = 16;
-    config.colsb[tile] = 64;
-  }
-  // GCC 12's _tile_loadconfig() declares only 8 bytes of the config as read (see
-  // lightning_indexer_avx512.cpp); this asm reads the whole 64-byte object.
-  asm volatile("ldtilecfg %0" : : "m"(config));
-}
-
-__attribute__((target("amx-tile"))) void release_tiles() {
-  _tile_release();
-}
 
 // 16 tokens × 64 columns: c [16][64].
 __attribute__((target("amx-tile,amx-bf16"))) void tile_16x64(const uint16_t* x, int64_t padded_in,
@@ -112,7 +90,7 @@ void gemm_small_bf16_amx_rows(const AmxPanelWeight& weight, const uint16_t* x_bf
                               int64_t panel_end, float* y) {
   const int64_t K = weight.padded_in, N = weight.out_features;
   alignas(64) float c[32 * 64];
-  configure_tiles();
+  configure_amx_tiles(8);
   for (int64_t p = panel_begin; p < panel_end; ++p) {
     const uint16_t* panel = weight.data + p * K * kPanelCols;
     const int64_t col0 = p * kPanelCols, cols = std::min(kPanelCols, N - col0);
@@ -132,7 +110,7 @@ void gemm_small_bf16_amx_rows(const AmxPanelWeight& weight, const uint16_t* x_bf
       }
     }
   }
-  release_tiles();
+  release_amx_tiles();
 }
 
 void round_rows_to_bf16_avx512(const float* x, int64_t num_rows, int64_t cols, int64_t padded_cols,

@@ -1,9 +1,5 @@
 #include "dayzero/kernels/kda.h"
 
-#include <cpuid.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -63,16 +59,7 @@ ChunkBuffers carve_chunk_buffers(std::byte* base, const KdaDims& dims, int64_t c
 // (C 32) to 40 % (C 64) faster than the FP32 FMA kernel; at C 16 the gain was ≈ 5 %, within the
 // noise, for ≈ 20× the rounding error (≈ 4e-6 instead of 2e-7 relative RMS, both inside 1e-5).
 bool amx_available(const KdaDims& dims) {
-  // CPUID.(7,0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE; then Linux must grant the tile data state
-  // to this process (arch_prctl ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18).
-  static const bool cpu_ok = [] {
-    if (!cpu_features().avx512_bf16) return false;
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
-    if ((edx & (1u << 22)) == 0 || (edx & (1u << 24)) == 0) return false;
-    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-  }();
-  return cpu_ok && kda_avx512_available(dims);
+  return cpu_features().amx_bf16 && kda_avx512_available(dims);
 }
 
 int64_t num_workers(const ExecContext& ctx, const KdaDims& dims) {

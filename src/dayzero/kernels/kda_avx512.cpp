@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "dayzero/core/check.h"
+#include "dayzero/kernels/amx_tiles.h"
 #include "dayzero/kernels/kda_detail.h"
 
 namespace dz::kernels::kda_detail {
@@ -114,29 +115,6 @@ inline __m512 hsum16(const float* rows) {
 // rounding of lo are each ≤ 2^−16 relative, so the products carry ≈ 2^−17 relative error (RMS):
 // ≈ 4e-6 relative RMS on the outputs at d = 128 (simulated against FP64), inside the 1e-5 of
 // models.md §4.8, where plain BF16 products (≈ 2e-3) are not. All 8 tiles are 16 rows × 64 bytes.
-
-struct TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-__attribute__((target("amx-tile"))) void configure_tiles() {
-  alignas(64) TileConfig config;
-  for (int tile = 0; tile < 8; ++tile) {
-    config.rows[tile] = 16;
-    config.colsb[tile] = 64;
-  }
-  // GCC 12's _tile_loadconfig() declares only 8 bytes of the config as read, so the stores to the
-  // rest may be dropped; this asm reads the whole 64-byte object.
-  asm volatile("ldtilecfg %0" : : "m"(config));
-}
-
-__attribute__((target("amx-tile"))) void release_tiles() {
-  _tile_release();
-}
 
 // hi = bf16(x), lo = bf16(x − hi) for 16 floats (round to nearest even).
 inline void split16(__m512 x, __m256i& hi, __m256i& lo) {
@@ -658,7 +636,7 @@ void kda_chunked_avx512(const ExecContext& ctx, const KdaDims& dims, const float
         base + static_cast<size_t>(h_begin / grain) * slice_bytes, dims, chunk_size);
     const unsigned saved_csr = _mm_getcsr();
     _mm_setcsr(saved_csr | 0x8040);  // FTZ | DAZ for this worker (see chunk_avx512)
-    if (use_amx) configure_tiles();
+    if (use_amx) detail::configure_amx_tiles(8);
     for (int64_t hg = h_begin; hg < h_end; hg += kHeadGroup) {
       const int64_t hg_end = std::min(hg + kHeadGroup, h_end);
       int64_t t0 = 0;
@@ -681,7 +659,7 @@ void kda_chunked_avx512(const ExecContext& ctx, const KdaDims& dims, const float
         t0 += n;
       }
     }
-    if (use_amx) release_tiles();
+    if (use_amx) detail::release_amx_tiles();
     _mm_setcsr(saved_csr);
   });
 }

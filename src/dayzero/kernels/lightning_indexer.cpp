@@ -1,9 +1,5 @@
 #include "dayzero/kernels/lightning_indexer.h"
 
-#include <cpuid.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <limits>
 
@@ -93,15 +89,7 @@ bool lightning_indexer_avx512_available(const IndexKeyCache& keys) {
 }
 
 bool lightning_indexer_amx_available(const IndexKeyCache& keys) {
-  // CPUID.(7,0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE; then Linux must grant the tile data state
-  // to this process (arch_prctl ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18).
-  static const bool cpu_ok = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
-    if ((edx & (1u << 22)) == 0 || (edx & (1u << 24)) == 0) return false;
-    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-  }();
-  return cpu_ok && lightning_indexer_avx512_available(keys) &&
+  return cpu_features().amx_bf16 && lightning_indexer_avx512_available(keys) &&
          keys.layout.key_dim % indexer_detail::kAmxTileDepth == 0;
 }
 

@@ -22,6 +22,7 @@
 #include <cstring>
 
 #include "dayzero/formats/decode_tables.h"
+#include "dayzero/kernels/amx_tiles.h"
 #include "dayzero/kernels/lightning_indexer.h"
 #include "dayzero/kernels/lightning_indexer_detail.h"
 
@@ -179,29 +180,6 @@ void score_chunk(const float* q_t, int64_t padded_heads, const float* w, const f
 constexpr int64_t kTileDepth = indexer_detail::kAmxTileDepth;
 // How far ahead (in key positions) Worker::run prefetches the cached keys.
 constexpr int64_t kPrefetchKeys = 16 * indexer_detail::kChunkKeys;
-
-struct TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-__attribute__((target("amx-tile"))) void configure_tiles() {
-  alignas(64) TileConfig config;
-  for (int tile = 0; tile < 7; ++tile) {
-    config.rows[tile] = 16;
-    config.colsb[tile] = 64;
-  }
-  // GCC 12's _tile_loadconfig() declares only 8 bytes of the config as read, so the stores to the
-  // rest may be dropped; this asm reads the whole 64-byte object.
-  asm volatile("ldtilecfg %0" : : "m"(config));
-}
-
-__attribute__((target("amx-tile"))) void release_tiles() {
-  _tile_release();
-}
 
 // q_vnni: the query as B tiles, [head_group][d / 32][16 pairs][16 heads][2] BF16.
 uint16_t* vnni_tile(uint16_t* q_vnni, int64_t group, int64_t step, int64_t num_steps) {
@@ -410,7 +388,7 @@ void Worker::run(int64_t query_begin, int64_t query_end, int64_t block_begin, in
   // decode of a chunk does not overwrite memory the previous chunk's tile loads may still read.
   uint16_t* key_bf16 = reinterpret_cast<uint16_t*>(key_buf);
   int64_t chunk_count = 0;
-  if (amx) configure_tiles();
+  if (amx) detail::configure_amx_tiles(7);
   alignas(64) float chunk_scores[kChunkKeys];
   for (int64_t block = block_begin; block < block_end; ++block) {
     const int64_t block_id = keys.block_table[static_cast<size_t>(block)];
@@ -458,7 +436,7 @@ void Worker::run(int64_t query_begin, int64_t query_end, int64_t block_begin, in
       }
     }
   }
-  if (amx) release_tiles();
+  if (amx) detail::release_amx_tiles();
   for (int64_t i = 0; i < num_tile; ++i) heap_sizes[i] = heaps[i].size;
 }
 
