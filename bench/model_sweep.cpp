@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "dayzero/core/check.h"
+#include "dayzero/core/splitmix.h"
 #include "dayzero/formats/act_quant.h"
 #include "dayzero/formats/codecs.h"
 #include "dayzero/kernels/paged_cache.h"
@@ -16,24 +17,11 @@
 namespace dz::bench {
 namespace {
 
-// splitmix64: cheap, and the same numbers on every machine.
-class Rng {
+// SplitMix64 with values rounded to BF16 (the cache and state values the model stores).
+class Rng : public SplitMix64 {
  public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  // Uniform with mean 0 and the given standard deviation, rounded to BF16.
-  float bf16_uniform(float stddev) {
-    const float u = static_cast<float>(next() >> 40) * (1.0f / 16777216.0f);  // [0, 1)
-    return formats::round_to_bf16((2.0f * u - 1.0f) * 1.7320508f * stddev);
-  }
-
- private:
-  uint64_t state_;
+  using SplitMix64::SplitMix64;
+  float bf16_uniform(float stddev) { return formats::round_to_bf16(uniform(stddev)); }
 };
 
 uint64_t mix_seed(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "dayzero/core/parallel.h"
+#include "dayzero/core/splitmix.h"
 #include "dayzero/formats/codecs.h"
 #include "dayzero/formats/hf_config.h"
 #include "dayzero/kernels/rope.h"
@@ -106,25 +107,7 @@ Result<SyntheticFfnConfig> parse_ffn(const ConfigObject& obj) {
 
 // ---- Random weights ----
 
-// splitmix64: fast enough for GiB of weights, and the same numbers on every machine.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [−√3·stddev, √3·stddev): mean 0, the given standard deviation.
-  float uniform(float stddev) {
-    const float u = static_cast<float>(next() >> 40) * (1.0f / 16777216.0f);  // [0, 1)
-    return (2.0f * u - 1.0f) * 1.7320508f * stddev;
-  }
-
- private:
-  uint64_t state_;
-};
+using Rng = SplitMix64;
 
 // Quantised random codes by table lookup: entry i is the code of the value at the centre of the
 // i-th of 2^bits equal slices of the uniform range, so drawing `bits` random bits picks a code
