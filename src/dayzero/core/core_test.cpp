@@ -6,7 +6,6 @@
 #include <random>
 #include <vector>
 
-#include "dayzero/core/aligned_buffer.h"
 #include "dayzero/core/arena.h"
 #include "dayzero/core/dtype.h"
 #include "dayzero/core/mapped_file.h"
@@ -121,21 +120,6 @@ TEST(MappedFile, MapsContentsAndReportsMissingFiles) {
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   EXPECT_NE(missing.status().message().find("mapped_file_test.bin.nope"), std::string::npos);
   std::remove(path.c_str());
-}
-
-TEST(AlignedBuffer, ZeroFilledAndAlignedSmallAndHugePageSized) {
-  // Below 2 MiB: 64-byte aligned; from 2 MiB on: 2 MiB aligned (transparent huge pages).
-  for (size_t size : {size_t{100}, size_t{70000}, (size_t{2} << 20) + 100, size_t{5} << 20}) {
-    AlignedBuffer buffer(size);
-    const auto address = reinterpret_cast<uintptr_t>(buffer.data());
-    EXPECT_EQ(address % (size >= (size_t{2} << 20) ? (size_t{2} << 20) : 64), 0u) << size;
-    ASSERT_EQ(buffer.size_bytes(), size);
-    for (size_t i = 0; i < size; i += 4093) EXPECT_EQ(buffer.data()[i], std::byte{0}) << i;
-    EXPECT_EQ(buffer.data()[size - 1], std::byte{0});
-    buffer.data()[size - 1] = std::byte{7};  // the whole range is writable
-    AlignedBuffer moved = std::move(buffer);
-    EXPECT_EQ(moved.data()[size - 1], std::byte{7});
-  }
 }
 
 }  // namespace

@@ -6,12 +6,10 @@
 #include <cmath>
 #include <cstring>
 #include <map>
-#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <tuple>
-#include <utility>
 #include <vector>
 
 #include <dnnl.hpp>
@@ -91,55 +89,6 @@ std::byte* ensure(AlignedBuffer& buffer, size_t size_bytes) {
   return buffer.data();
 }
 
-// Quantized weight bytes that GEMVs stream from DRAM. AlignedBuffer gives buffers of 2 MiB or more
-// transparent huge pages (4 KiB pages halve the GEMV's DRAM rate: a TLB miss and a prefetcher
-// restart every 4 KiB); smaller weights (an MXFP4 expert [1408, 2048] is 1.4 MiB) share 32 MiB
-// slabs so that they get them too. A slab lives while any weight in it does; a weight never moves.
-// Below 256 KiB (test-sized weights) a buffer of its own: the TLB cost is small there and a slab
-// would zero 32 MiB for it.
-class WeightBytes {
- public:
-  WeightBytes() = default;
-  explicit WeightBytes(size_t size_bytes) : size_bytes_(size_bytes) {
-    constexpr size_t kSlabBytes = size_t{32} << 20, kMinShared = size_t{256} << 10;
-    if (size_bytes < kMinShared || size_bytes > kSlabBytes / 4) {
-      storage_ = std::make_shared<AlignedBuffer>(size_bytes);
-      data_ = storage_->data();
-      return;
-    }
-    const size_t rounded =
-        (size_bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
-    static std::mutex mutex;
-    static std::weak_ptr<AlignedBuffer> current;
-    static size_t used = 0;
-    std::lock_guard<std::mutex> lock(mutex);
-    storage_ = current.lock();
-    if (storage_ == nullptr || used + rounded > kSlabBytes) {
-      storage_ = std::make_shared<AlignedBuffer>(kSlabBytes);
-      current = storage_;
-      used = 0;
-    }
-    data_ = storage_->data() + used;
-    used += rounded;  // bump only: the bytes handed out are still the slab's zeros
-  }
-  WeightBytes(WeightBytes&& other) noexcept { *this = std::move(other); }
-  WeightBytes& operator=(WeightBytes&& other) noexcept {
-    storage_ = std::move(other.storage_);
-    data_ = std::exchange(other.data_, nullptr);
-    size_bytes_ = std::exchange(other.size_bytes_, 0);
-    return *this;
-  }
-  WeightBytes(const WeightBytes&) = delete;
-  WeightBytes& operator=(const WeightBytes&) = delete;
-  std::byte* data() const { return data_; }
-  size_t size_bytes() const { return size_bytes_; }
-
- private:
-  std::shared_ptr<AlignedBuffer> storage_;
-  std::byte* data_ = nullptr;
-  size_t size_bytes_ = 0;
-};
-
 // oneDNN's OpenMP runtime reads omp_get_max_threads() of the calling thread; this sets it to
 // ctx.num_threads for the duration of one forward() and restores it.
 class OmpThreads {
@@ -210,7 +159,7 @@ struct LinearWeight::Impl {
   AlignedBuffer bf16;
 
   // FP8 block weights: [out, in] E4M3 codes and [num_scale_rows, num_scale_cols] FP32 scales.
-  WeightBytes codes;
+  AlignedBuffer codes;
   AlignedBuffer scale_inv;
   formats::Fp8BlockShape block;
   bool scales_pow2 = false;  // all powers of two: BF16 tiles are exact
@@ -222,8 +171,7 @@ struct LinearWeight::Impl {
   // subnormals: such rows go through FP32 tiles).
   bool mxfp4 = false;
   bool mxfp4_fast = false;  // AVX-512 with BF16
-  WeightBytes packed;
-  AlignedBuffer mx_scales;
+  AlignedBuffer packed, mx_scales;
   std::vector<uint8_t> mx_row_subnormal;
   bool mx_any_subnormal = false;
 
@@ -380,7 +328,7 @@ Result<LinearWeight> LinearWeight::from_fp8_block(const TensorView& codes,
   impl.fp8_block = true;
   impl.block = block;
   const int64_t row_stride = codes.strides()[0];
-  impl.codes = WeightBytes(static_cast<size_t>(block.num_rows * block.num_cols));
+  impl.codes = AlignedBuffer(static_cast<size_t>(block.num_rows * block.num_cols));
   auto* dst = reinterpret_cast<uint8_t*>(impl.codes.data());
   for (int64_t i = 0; i < block.num_rows; ++i)
     std::memcpy(dst + i * block.num_cols, codes.data_as<const uint8_t>() + i * row_stride,
@@ -448,7 +396,7 @@ Result<LinearWeight> LinearWeight::from_mxfp4(const TensorView& weight_packed,
   impl.in_features = in;
   impl.mxfp4 = true;
   const int64_t row_bytes = in / 2, num_blocks = in / 32;
-  impl.packed = WeightBytes(static_cast<size_t>(out * row_bytes));
+  impl.packed = AlignedBuffer(static_cast<size_t>(out * row_bytes));
   impl.mx_scales = AlignedBuffer(static_cast<size_t>(out * num_blocks));
   auto* packed = reinterpret_cast<uint8_t*>(impl.packed.data());
   auto* scales = reinterpret_cast<uint8_t*>(impl.mx_scales.data());

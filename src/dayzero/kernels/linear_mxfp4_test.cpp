@@ -236,33 +236,6 @@ TEST(LinearMxfp4, RowsLongerThanTheWorkspaceRunTheGemvInPasses) {
   }
 }
 
-TEST(LinearMxfp4, WeightsSharingAHugePageSlabStayIndependent) {
-  // [520, 1024] is 260 KiB of nibbles: such weights share 32 MiB slabs (linear.cpp WeightBytes).
-  // Three loaded together, one freed and another loaded after it: each must still match its own
-  // reference (no overlap, nothing handed out twice).
-  const unsigned seed = fresh_seed();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  std::mt19937 rng(seed);
-  std::vector<Mxfp4> weights;
-  for (int k = 0; k < 4; ++k) weights.push_back(quantized_weight(rng, 520, 1024));
-  std::vector<Result<LinearWeight>> linears;
-  for (int k = 0; k < 3; ++k) linears.push_back(load(weights[static_cast<size_t>(k)]));
-  linears.erase(linears.begin() + 1);
-  linears.push_back(load(weights[3]));
-  const size_t which[] = {0, 2, 3};
-  for (size_t k = 0; k < linears.size(); ++k) {
-    ASSERT_TRUE(linears[k].ok()) << linears[k].status().to_string();
-    const Mxfp4& w = weights[which[k]];
-    for (int64_t tokens : {1, 3}) {
-      SCOPED_TRACE(::testing::Message() << "weight " << which[k] << " tokens " << tokens);
-      const std::vector<float> x = random_x(rng, tokens * w.in);
-      std::vector<float> y(static_cast<size_t>(tokens * w.out), -1.0f);
-      linears[k]->forward(ExecContext{2}, x.data(), tokens, y.data());
-      EXPECT_LT(rel_rms(w, x, tokens, y), kTolerance);
-    }
-  }
-}
-
 TEST(LinearMxfp4, ThreadCountDoesNotChangeResults) {
   const unsigned seed = fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
