@@ -103,6 +103,14 @@ class BenchDecodeTest(unittest.TestCase):
             self.assertGreaterEqual(per_token, low - 1e-6)
             self.assertLessEqual(per_token, high + 1e-6)
 
+    def test_long_context_sparse(self):
+        # 128K cached tokens: the indexer kernel keeps one scored row (8 bytes a key) per thread;
+        # the layer's scratch estimate once counted 4, and the step stopped on an exhausted arena.
+        out = run_json("decode", "--config", TINY_HYBRID, "--batch", "1", "--context", "128K",
+                       "--seconds", "0.01", "--min-steps", "1", "--max-steps", "1")
+        self.assertEqual(out["rows"][0]["filled_positions"], 128 * 1024)
+        self.assertTrue(positive(out["rows"][0]["ms_per_step"]))
+
     def test_demo_checkpoint(self):
         out = run_json("decode", "--model", DEMO, *DECODE)
         self.assertFalse(out["model"]["synthetic"])

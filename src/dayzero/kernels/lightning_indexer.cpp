@@ -73,10 +73,14 @@ using indexer_detail::ref_worker_bytes;
 
 size_t lightning_indexer_workspace_bytes(const ExecContext& ctx, const IndexKeyCache& keys,
                                          const IndexerQueries& queries, int64_t top_k) {
-  const int64_t key_dim = keys.layout.key_dim;
-  const size_t per_worker =
-      std::max(ref_worker_bytes(queries.num_heads, key_dim, max_visible_keys(queries)),
-               avx512_worker_layout(queries.num_heads, key_dim, top_k).worker_bytes);
+  return lightning_indexer_workspace_bound(ctx, queries.num_heads, keys.layout.key_dim,
+                                           max_visible_keys(queries), top_k);
+}
+
+size_t lightning_indexer_workspace_bound(const ExecContext& ctx, int64_t num_heads, int64_t key_dim,
+                                         int64_t max_visible_keys, int64_t top_k) {
+  const size_t per_worker = std::max(ref_worker_bytes(num_heads, key_dim, max_visible_keys),
+                                     avx512_worker_layout(num_heads, key_dim, top_k).worker_bytes);
   const auto num_threads = static_cast<size_t>(std::max(ctx.num_threads, 1));
   const size_t merge_bytes = std::min<size_t>(num_threads, indexer_detail::kMaxSplitWorkers) *
                              static_cast<size_t>(top_k) * sizeof(indexer_detail::ScoredPos);

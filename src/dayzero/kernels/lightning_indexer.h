@@ -45,6 +45,10 @@ enum class IndexerVariant { kAuto, kRef, kAvx512, kAmx };
 // key chunk, a tile of decoded queries and their heaps per thread).
 size_t lightning_indexer_workspace_bytes(const ExecContext& ctx, const IndexKeyCache& keys,
                                          const IndexerQueries& queries, int64_t top_k);
+// The same for any call whose queries see at most max_visible_keys keys (a bound the model
+// sizes its scratch with before it has the batch's queries).
+size_t lightning_indexer_workspace_bound(const ExecContext& ctx, int64_t num_heads, int64_t key_dim,
+                                         int64_t max_visible_keys, int64_t top_k);
 
 // True when this CPU runs the AVX-512 variant (F, BW, VBMI) and the shape suits it (key_dim and
 // block_size multiples of 16).

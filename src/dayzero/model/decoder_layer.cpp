@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "dayzero/core/check.h"
+#include "dayzero/kernels/lightning_indexer.h"
 #include "dayzero/kernels/norms.h"
 
 namespace dz::model {
@@ -16,14 +17,14 @@ void rms_norm_bf16(const ExecContext& ctx, const float* x, const std::vector<flo
 }
 
 // The indexer has no scratch_bytes(): its q, k, codes, scales and head weights, the tapped score
-// and selection rows, and the kernel workspace (bounded by one score row and a top-k heap per
-// thread, lightning_indexer.h), each allocation padded to 64 bytes.
+// and selection rows, each allocation padded to 64 bytes, plus the kernel's own workspace bound
+// (per thread one scored row of every visible key, or the AVX-512 tiles and heaps).
 size_t indexer_scratch_bytes(const ExecContext& ctx, const DsaIndexerConfig& c, int64_t max_tokens,
                              int64_t max_range) {
   const int64_t n_i = c.index_n_heads, d_i = c.index_head_dim, K = c.index_topk;
-  const int64_t floats = max_tokens * (n_i * d_i * 2 + d_i * 2 + n_i * 3 + 2 + 2 * K) +
-                         ctx.num_threads * (max_range + 8 * K + 16 * 1024) + 64 * 1024;
-  return static_cast<size_t>(floats) * 4 + 64 * 16;
+  const int64_t floats = max_tokens * (n_i * d_i * 2 + d_i * 2 + n_i * 3 + 2 + 2 * K);
+  return static_cast<size_t>(floats) * 4 + 64 * 16 +
+         kernels::lightning_indexer_workspace_bound(ctx, n_i, d_i, max_range, K) + 64;
 }
 
 }  // namespace
