@@ -33,7 +33,7 @@ def main():
 
     def row(figure, value, fraction=None, target=None, command=""):
         check = fraction if fraction is not None else None
-        rows.append((figure, value, fmt(fraction) if fraction is not None else "",
+        rows.append((figure, value, fmt(fraction, 3) if fraction is not None else "",
                      "" if target is None else f"≥ {target:g}", verdict(check, target), command))
 
     limits = load(out, "limits")
