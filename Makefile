@@ -46,7 +46,7 @@ fuzz: deps
 	cmake --build $(FUZZ_BUILD)
 	ctest --test-dir $(FUZZ_BUILD) --output-on-failure -L fuzz
 
-# The whole benchmark suite (limits, operators, decode/prefill sweeps, PyTorch peer; ~15 min on a
+# The whole benchmark suite (limits, operators, decode/prefill sweeps, PyTorch peer; ~10 min on a
 # quiet machine), its JSON in BENCH_OUT and the table of docs/performance.md on stdout.
 BENCH_OUT ?= bench-results
 bench: build
