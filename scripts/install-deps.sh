@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git clang clang-format
   libclang-rt-14-dev libfuzzer-14-dev libomp-14-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libdnnl-dev libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
+  libdnnl-dev ocl-icd-opencl-dev libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
   libpcre2-dev libstb-dev libxxhash-dev
   python3 python3-torch python3-numpy
   nodejs npm
