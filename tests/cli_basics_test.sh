@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The binary's front door: --help lists the subcommands, --version prints the version, and an
-# unknown subcommand or flag fails with a message instead of crashing.
+# The binary's front door: --help lists the subcommands, --version prints the version and the
+# kernel path of each operator, and an unknown subcommand or flag fails with a message instead of
+# crashing.
 set -euo pipefail
 dayzero=$1
 "$dayzero" --help | grep -q "inspect"
 "$dayzero" --help | grep -q "bench"
-"$dayzero" --version | grep -Eq "^dayzero [0-9]+\.[0-9]+\.[0-9]+$"
+version=$("$dayzero" --version)
+head -1 <<<"$version" | grep -Eq "^dayzero [0-9]+\.[0-9]+\.[0-9]+$"
+grep -q "^kernel paths:" <<<"$version"
+grep -q "^DZ_CPU_ISA: generic" <<<"$(DZ_CPU_ISA=generic "$dayzero" --version)"
 if "$dayzero" no-such-command 2>err.txt; then echo "expected failure"; exit 1; fi
 grep -qi "no-such-command" err.txt
 rm -f err.txt

@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 import unittest
 
-from cli_support import DAYZERO, SOURCE_DIR
+from cli_support import DAYZERO, SOURCE_DIR, skip_or_fail
 from dayzero_ref import tokenizer_gen
 
 NPM_DIR = os.path.join(SOURCE_DIR, "tools", "jinja-check")
@@ -238,8 +238,8 @@ class ChatTemplatesAgreeWithHuggingfaceJinja(unittest.TestCase):
 
     def setUp(self):
         if not node_available():
-            raise unittest.SkipTest("node is not installed: the @huggingface/jinja comparison "
-                                    "needs it (scripts/install-deps.sh installs nodejs)")
+            skip_or_fail("node is not installed: the @huggingface/jinja comparison needs it "
+                         "(scripts/install-deps.sh installs nodejs)")
         if not os.path.isdir(os.path.join(NPM_DIR, "node_modules", "@huggingface", "jinja")):
             self.fail("npm @huggingface/jinja missing: run scripts/install-deps.sh "
                       "(npm ci in tools/jinja-check)")

@@ -1,5 +1,6 @@
-"""The portable fallback end to end (docs/cpu_dispatch.md): with DZ_CPU_ISA=generic every kernel
-takes its path for CPUs without AVX-512, and the binary must give the same answers.
+"""The lower kernel levels end to end (docs/cpu_dispatch.md): with DZ_CPU_ISA=generic every kernel
+takes its path for CPUs without AVX-512, with DZ_CPU_ISA=avx512 the path for CPUs without AMX (AMD
+Zen 4/5), and the binary must give the same answers as at the default level.
 
 - demo model (MXFP4 experts, KDA, MLA + DSA indexer): greedy `generate` gives the same 24 tokens
   on two prompts chosen for their wide top-2 margins (test_demo_model.py: ≥ 0.038 against the
@@ -12,7 +13,8 @@ L2 per position 2e-3 – 4.5e-3, and once 0.067 where a near-tied discrete choic
 or the indexer's top-k) went the other way. Allowed: median ≤ 1e-2, every position ≤ 0.15 and
 the same argmax on ≥ 95 % of the positions (the bounds test_hybrid_cli.py puts on the engine
 against the PyTorch reference: median 2e-2, argmax 95 %);
-- a bad value is refused, naming the variable and the accepted values.
+- a bad value is refused, naming the variable and the accepted values;
+- the slower paths a level selects are logged once at info level, and `--version` lists them.
 """
 
 import json
@@ -28,6 +30,7 @@ from dayzero_ref import make_tiny
 
 DEMO_DIR = os.path.join(SOURCE_DIR, "models", "demo")
 PROMPTS = ("After the war, the", "The church was built in")
+LOWER_LEVELS = ("generic", "avx512")
 GREEDY_TOKENS = 24
 MEDIAN_REL_L2 = 1e-2
 MAX_REL_L2 = 0.15
@@ -78,27 +81,48 @@ class CpuIsaCli(unittest.TestCase):
         self.assertTrue(np.isfinite(logits).all())
         return logits
 
-    def check_agree(self, default, generic):
-        err = rel_l2_per_row(generic, default)
+    def check_agree(self, default, lower):
+        err = rel_l2_per_row(lower, default)
         self.assertLess(float(np.median(err)), MEDIAN_REL_L2, err)
         self.assertLess(float(err.max()), MAX_REL_L2, err)
-        agree = float(np.mean(generic.argmax(axis=1) == default.argmax(axis=1)))
+        agree = float(np.mean(lower.argmax(axis=1) == default.argmax(axis=1)))
         self.assertGreaterEqual(agree, ARGMAX_AGREEMENT)
 
     def test_demo_greedy_tokens_are_the_same(self):
         for prompt in PROMPTS:
-            with self.subTest(prompt=prompt):
-                self.assertEqual(self.greedy_tokens("generic", prompt),
-                                 self.greedy_tokens(None, prompt))
+            default = self.greedy_tokens(None, prompt)
+            for isa in LOWER_LEVELS:
+                with self.subTest(prompt=prompt, isa=isa):
+                    self.assertEqual(self.greedy_tokens(isa, prompt), default)
 
     def test_demo_logits_agree(self):
-        self.check_agree(self.logits(None, DEMO_DIR, IDS), self.logits("generic", DEMO_DIR, IDS))
+        default = self.logits(None, DEMO_DIR, IDS)
+        for isa in LOWER_LEVELS:
+            with self.subTest(isa=isa):
+                self.check_agree(default, self.logits(isa, DEMO_DIR, IDS))
 
     def test_fp8_checkpoint_logits_agree(self):
         model_dir = os.path.join(self.tmp.name, "deepseek_v32-tiny")
         config = make_tiny.make_tiny("deepseek_v32", model_dir)
         ids = [i % config["vocab_size"] for i in IDS]
-        self.check_agree(self.logits(None, model_dir, ids), self.logits("generic", model_dir, ids))
+        default = self.logits(None, model_dir, ids)
+        for isa in LOWER_LEVELS:
+            with self.subTest(isa=isa):
+                self.check_agree(default, self.logits(isa, model_dir, ids))
+
+    def test_slower_paths_are_logged_once_and_listed_by_version(self):
+        result = self.run_env("generic", "generate", "--model", DEMO_DIR, "--prompt", "Hello",
+                              "--max-tokens", 2)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        lines = [l for l in result.stderr.splitlines() if "slower paths, as DZ_CPU_ISA=generic" in l]
+        self.assertEqual(len(lines), 1, result.stderr)
+        self.assertIn("[info]", lines[0])
+        self.assertIn("portable C++", lines[0])
+        version = self.run_env("avx512", "--version")
+        self.assertEqual(version.returncode, 0, version.stderr)
+        self.assertIn("DZ_CPU_ISA: avx512", version.stdout)
+        self.assertIn("kernel paths:", version.stdout)
+        self.assertNotIn("AMX-BF16 small-M GEMM", version.stdout)
 
     def test_unknown_value_is_refused(self):
         result = self.run_env("avx2", "generate", "--model", DEMO_DIR, "--prompt", "Hello",

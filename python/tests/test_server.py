@@ -21,7 +21,7 @@ import threading
 import time
 import unittest
 
-from cli_support import SOURCE_DIR, run_dayzero, skip_unless_built
+from cli_support import SOURCE_DIR, run_dayzero, skip_or_fail, skip_unless_built
 from dayzero_ref import make_tiny
 from server_support import ServerProcess, metric, read_head, sse_events
 
@@ -88,7 +88,7 @@ class ServerTest(unittest.TestCase):
 
     def test_curl_chat_non_streaming_and_streaming(self):
         if shutil.which("curl") is None:
-            self.skipTest("no curl")
+            skip_or_fail("no curl (scripts/install-deps.sh installs it)")
         body = {"model": self.model, "messages": CHAT, "max_tokens": 8, "temperature": 0}
         whole = json.loads(self.curl("/v1/chat/completions", body))
         self.assertEqual(whole["object"], "chat.completion")
@@ -176,7 +176,7 @@ class ServerTest(unittest.TestCase):
     def test_openai_npm_client(self):
         if shutil.which("node") is None or not os.path.isdir(
                 os.path.join(NPM_DIR, "node_modules", "openai")):
-            self.skipTest("node or tests/npm/node_modules/openai missing (install-deps.sh)")
+            skip_or_fail("node or tests/npm/node_modules/openai missing (install-deps.sh)")
         proc = subprocess.run(["node", os.path.join(NPM_DIR, "openai_client.mjs"),
                                self.a.base_url + "/v1", "unused", self.model, "chat"],
                               capture_output=True, text=True, timeout=60, check=False)

@@ -1,6 +1,7 @@
 // dayzero: one binary, subcommands registered from their own files (commands.h).
 
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -9,12 +10,22 @@
 #include "dayzero/cli/model_args.h"
 #include "dayzero/core/logging.h"
 #include "dayzero/kernels/cpu_features.h"
+#include "dayzero/kernels/kernel_paths.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
       "dayzero: an inference engine for sparse, hybrid Mixture-of-Experts language models "
       "(DeepSeek-V3.2, Kimi-Linear, Kimi-K3)"};
-  app.set_version_flag("--version", "dayzero " DZ_VERSION);
+  // The version, then which variant of each kernel this CPU runs (kernels/kernel_paths.h).
+  app.set_version_flag("--version", [] {
+    std::string text = "dayzero " DZ_VERSION "\n";
+    if (dz::Result<dz::kernels::CpuIsa> isa = dz::kernels::cpu_isa_from_env(); isa.ok())
+      text += dz::kernels::kernel_path_report(dz::kernels::detected_cpu_features(), *isa);
+    else
+      text += isa.status().message() + "\n";
+    text.pop_back();  // CLI11 adds the last newline
+    return text;
+  });
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
       ->capture_default_str();

@@ -7,27 +7,41 @@
 #include <cstdlib>
 #include <string>
 
-#include <spdlog/spdlog.h>
-
 #include "dayzero/core/check.h"
+#include "dayzero/kernels/kernel_paths.h"
 
 namespace dz::kernels {
+
+std::string_view cpu_isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kGeneric:
+      return "generic";
+    case CpuIsa::kAvx512:
+      return "avx512";
+    case CpuIsa::kAmx:
+      return "amx";
+  }
+  return "?";
+}
 
 Result<CpuIsa> parse_cpu_isa(std::string_view value) {
   std::string lower(value);
   for (char& c : lower)
     if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  if (lower.empty() || lower == "avx512") return CpuIsa::kDetect;
+  if (lower.empty() || lower == "amx") return CpuIsa::kAmx;
+  if (lower == "avx512") return CpuIsa::kAvx512;
   if (lower == "generic") return CpuIsa::kGeneric;
   return make_error(StatusCode::kInvalidArgument,
                     "{}=\"{}\" is not a known ISA; accepted: generic (no AVX-512 kernels), avx512 "
-                    "(what the CPU has; also when unset)",
+                    "(AVX-512 kernels, no AMX), amx (everything the CPU has; also when unset)",
                     kCpuIsaEnv, value);
 }
 
 CpuFeatures cap_cpu_features(const CpuFeatures& detected, CpuIsa isa) {
+  CpuFeatures f = detected;
   if (isa == CpuIsa::kGeneric) return CpuFeatures{};
-  return detected;
+  if (isa == CpuIsa::kAvx512) f.amx_bf16 = false;
+  return f;
 }
 
 Result<CpuIsa> cpu_isa_from_env() {
@@ -48,20 +62,25 @@ bool amx_bf16_granted() {
 
 }  // namespace
 
-const CpuFeatures& cpu_features() {
+const CpuFeatures& detected_cpu_features() {
   static const CpuFeatures features = [] {
     CpuFeatures f;
     f.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     f.avx512_vbmi = f.avx512 && __builtin_cpu_supports("avx512vbmi");
     f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
+    f.amx_bf16 = f.avx512_bf16 && amx_bf16_granted();
+    return f;
+  }();
+  return features;
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = [] {
     Result<CpuIsa> isa = cpu_isa_from_env();
     DZ_CHECK(isa.ok(), "{}", isa.status().message());
-    f = cap_cpu_features(f, *isa);
-    f.amx_bf16 = f.avx512_bf16 && amx_bf16_granted();
-    spdlog::debug("kernels: avx512 {}, avx512_vbmi {}, avx512_bf16 {}, amx_bf16 {} ({} {})",
-                  f.avx512, f.avx512_vbmi, f.avx512_bf16, f.amx_bf16, kCpuIsaEnv,
-                  *isa == CpuIsa::kGeneric ? "generic" : "detect");
+    const CpuFeatures f = cap_cpu_features(detected_cpu_features(), *isa);
+    log_slower_kernel_paths(detected_cpu_features(), *isa);
     return f;
   }();
   return features;

@@ -132,6 +132,7 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
                                qkv + i * T * hd + seq.token_begin * hd);
   }
   kernels::round_to_bf16(qkv, 3 * T * hd);
+  tap(taps, layer_id, "kda_qkv", qkv, Shape{3, T, hd});
   float* q = qkv;
   float* k = qkv + T * hd;
   const float* v = qkv + 2 * T * hd;
@@ -219,6 +220,7 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
     for (int64_t i = begin * hd; i < end * hd; ++i)
       y[i] = formats::round_to_bf16(y[i] * sigmoid(z[i]));
   });
+  tap(taps, layer_id, "kda_y", y, Shape{T, hd});
 
   // 8. out = o_proj(y) rounded to BF16.
   w.o_proj.forward(ctx, y, T, out);

@@ -83,8 +83,9 @@ class KdaBlock {
   // x: [T, hidden] normalized layer input (BF16-valued). Each sequence of `batch` reads and
   // updates the state slot seq.state_slot of `state`; a sequence with pos_begin == 0 starts from
   // zero state and zero conv rows whatever the slot held. out [T, hidden] = o_proj output rounded
-  // to BF16. Taps (layer_id): kda_q, kda_k, kda_v, kda_g [T, H·d], kda_beta [T, H], kda_core
-  // [T, H·d], attn_out [T, hidden].
+  // to BF16. Taps (layer_id): kda_qkv [3, T, H·d] (SiLU(conv) rounded, before the L2 norm), kda_q,
+  // kda_k, kda_v, kda_g [T, H·d], kda_beta [T, H], kda_core [T, H·d], kda_y [T, H·d] (o_proj's
+  // input), attn_out [T, hidden].
   void forward(const ExecContext& ctx, const ForwardBatch& batch, const float* x,
                const KdaLayerState& state, float* out, Arena& scratch, TapSink* taps,
                int layer_id) const;

@@ -1,9 +1,27 @@
-// KDA block (kda.h, models.md §4, notes/issue4.md steps 1–8) against a plain per-token reference
-// written here from the steps: linears, conv, norms and the recurrence in FP64, with BF16 rounding
-// at the same points as the engine. Tolerances (relative RMS):
-// - block vs reference: < 1e-4 on outputs, the recurrence output and the final state. The engine
-//   accumulates in FP32 (~1e-7); a value within that distance of a BF16 rounding boundary rounds
-//   the other way (one ulp, 2^-8 relative) for a small fraction of elements, ~3e-5 in RMS.
+// KDA block (kda.h, docs/models.md) against a plain reference written here from the steps, in
+// FP64, one step at a time: each step's reference starts from the engine's own output of the step
+// before (its taps), so a discontinuous decision upstream cannot fail a later step.
+//
+// Why step by step: the engine rounds to BF16 after its linears, after SiLU(conv), in y and after
+// o_proj. An FP32 result within a few FP32 ulps of a BF16 rounding boundary may round the other way
+// than the FP64 value (one BF16 ulp, 2^-8), and which elements do depends on the summation order,
+// which differs between the AMX, oneDNN and portable paths. The unbounded gate amplifies such a
+// flip: one f_b element one ulp off moves g = −e^A·softplus(f) by up to e^A·2^-8, so that
+// channel's decay for every later token. A whole-chain comparison measured up to 1.3e-3 relative
+// RMS on the output over fresh seeds (3e-4 for one fixed seed on AMD, which passed on AMX), with
+// every step exact or at FP32 precision. Bounds, per step:
+// - linears: the reference uses the engine's LinearWeight on the same token batches (they are held
+//   to FP64 at 1e-5 on every kernel path by kernels/linear_test.cpp); step 8 must then be bitwise.
+// - a BF16 rounding of an FP32 result (SiLU(conv), y): each element must be the rounding of a value
+//   within the FP32 error bound of the FP64 value (bf16_rounding_within). SiLU(conv): a sum of W =
+//   4 products, |error| ≤ W·2^-24·Σ|w·x| (≈ 2.4e-7·Σ), then SiLU (slope ≤ 1.1) and a few rounded
+//   operations (≤ 4·2^-24 relative): kConvWindow = 1e-6 of Σ|w·x| + |value| covers it twice over.
+//   Near zero the sum cancels, so the window is absolute there, not relative to the result. y:
+//   RMSNorm's sum of d = 32 squares (≤ 32·2^-24 ≈ 1.9e-6 relative), the square root, σ and the
+//   products: kYWindow = 4e-6 relative. The windows are 1e-3 of a BF16 ulp: a flip or a wrong
+//   value anywhere else fails.
+// - FP32 steps (L2 norm, gate, β, the recurrence and its state): relative RMS < 1e-5 (FP32 against
+//   FP64; measured ~2e-7).
 // - recurrent vs chunked path on the same inputs: < 1e-5 before the gated norm (both FP32, only the
 //   summation order differs), < 1e-3 after the BF16 rounding of y and of o_proj.
 // - splits of one sequence (prefill + decodes, uneven prefills) vs one prefill: the same bounds,
@@ -15,6 +33,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <string>
@@ -140,106 +160,166 @@ double sigmoid(double x) {
   return 1.0 / (1.0 + std::exp(-x));
 }
 
-std::vector<float> matvec_bf16(const std::vector<float>& w, int64_t out, int64_t in,
-                               const float* x) {
-  std::vector<float> y(static_cast<size_t>(out));
-  for (int64_t o = 0; o < out; ++o) {
-    double sum = 0;
-    for (int64_t i = 0; i < in; ++i) sum += static_cast<double>(w[o * in + i]) * x[i];
-    y[static_cast<size_t>(o)] = bf16(sum);
-  }
+// x [n, in] through the engine's linear (see the header for why), rounded to BF16: [n, out].
+std::vector<float> linear_bf16(const std::vector<float>& w, int64_t out, int64_t in, const float* x,
+                               int64_t n) {
+  const kernels::LinearWeight weight = kernels::LinearWeight::from_f32_as_bf16(w.data(), out, in);
+  std::vector<float> y(static_cast<size_t>(n * out));
+  weight.forward(ExecContext{.num_threads = 2}, x, n, y.data());
+  for (float& e : y) e = bf16(e);
   return y;
 }
 
+constexpr double kFp32Bound = 1e-5;
+constexpr double kConvWindow = 1e-6;
+constexpr double kYWindow = 4e-6;
+
+// `got` is the BF16 rounding of some value within `err` of the FP64 `want`. Rounding is monotonic,
+// so those are exactly the values between the roundings of want ± err; one other than the rounding
+// of `want` itself is a near-tie taken the other way, counted in *ties.
+bool bf16_rounding_within(double want, double err, float got, int* ties) {
+  if (got == bf16(want)) return true;
+  if (!(got >= bf16(want - err) && got <= bf16(want + err))) return false;
+  ++*ties;
+  return true;
+}
+
+// Relative RMS of got against the FP64 want.
+double rel_rms_fp64(const std::vector<double>& want, const float* got) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num += (want[i] - got[i]) * (want[i] - got[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / den);
+}
+
+// The reference's side of one slot: the FP64 state (continued from the engine's step inputs) and
+// the conv rows (the engine's BF16 projections, so exact).
 struct RefSlot {
   std::vector<double> state = std::vector<double>(kHeads * kHeadDim * kHeadDim, 0.0);  // V-first
   std::vector<float> conv = std::vector<float>(3 * (kWidth - 1) * kHd, 0.0f);  // [3][W−1][H·d]
 };
 
-// One sequence's tokens x [n, hidden] continuing from `slot`; out [n, hidden], core [n, H·d].
-void reference(const Dense& w, const float* x, int64_t n, RefSlot& slot, std::vector<float>& out,
-               std::vector<float>& core) {
+// What one forward call of n tokens of one sequence tapped.
+struct Step {
+  std::vector<float> qkv, q, k, v, g, beta, core, y, out;
+};
+
+struct Ties {
+  int conv = 0, y = 0;
+};
+
+// Checks one forward call (x [n, hidden], continuing `slot`) step by step against the engine's
+// taps `e`, each step's reference fed with the engine's result of the step before.
+void expect_steps_match(const Dense& w, const float* x, int64_t n, RefSlot& slot, const Step& e,
+                        Ties& ties) {
+  const int64_t hd = kHd;
+  // 1–2. q̂ k̂ v̂ by the engine's linears; SiLU(conv) in FP64, rounded: kda_qkv.
   const std::vector<float>* proj[3] = {&w.q, &w.k, &w.v};
   const std::vector<float>* conv_w[3] = {&w.q_conv, &w.k_conv, &w.v_conv};
-  const double sc = 1.0 / std::sqrt(static_cast<double>(kHeadDim));
-  for (int64_t t = 0; t < n; ++t) {
-    const float* xt = x + t * kHidden;
-    std::vector<double> qkv[3];
-    for (int i = 0; i < 3; ++i) {  // steps 1–2
-      const std::vector<float> hat = matvec_bf16(*proj[i], kHd, kHidden, xt);
-      float* rows = slot.conv.data() + i * (kWidth - 1) * kHd;
-      for (int64_t ch = 0; ch < kHd; ++ch) {
-        double acc = 0;
+  int bad = 0;
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<float> hat = linear_bf16(*proj[i], hd, kHidden, x, n);
+    float* rows = slot.conv.data() + i * (kWidth - 1) * hd;
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t ch = 0; ch < hd; ++ch) {
+        double acc = 0, terms = 0;  // terms: Σ|w·x|, what the sum's FP32 error scales with
         for (int64_t j = 0; j < kWidth; ++j) {
-          const float xp = j < kWidth - 1 ? rows[j * kHd + ch] : hat[static_cast<size_t>(ch)];
+          const float xp = j < kWidth - 1 ? rows[j * hd + ch] : hat[t * hd + ch];
           acc += static_cast<double>((*conv_w[i])[ch * kWidth + j]) * xp;
+          terms += std::abs(static_cast<double>((*conv_w[i])[ch * kWidth + j]) * xp);
         }
-        qkv[i].push_back(bf16(acc * sigmoid(acc)));
+        const double want = acc * sigmoid(acc);
+        if (!bf16_rounding_within(want, kConvWindow * (terms + std::abs(want)),
+                                  e.qkv[(i * n + t) * hd + ch], &ties.conv))
+          ++bad;
       }
       for (int64_t j = 0; j + 1 < kWidth - 1; ++j)
-        std::copy_n(rows + (j + 1) * kHd, kHd, rows + j * kHd);
-      if (kWidth > 1) std::copy_n(hat.data(), kHd, rows + (kWidth - 2) * kHd);
+        std::copy_n(rows + (j + 1) * hd, hd, rows + j * hd);
+      if (kWidth > 1) std::copy_n(hat.data() + t * hd, hd, rows + (kWidth - 2) * hd);
     }
-    for (int i = 0; i < 2; ++i) {  // step 3
-      for (int64_t h = 0; h < kHeads; ++h) {
-        double sum = 0;
-        for (int64_t e = 0; e < kHeadDim; ++e)
-          sum += qkv[i][h * kHeadDim + e] * qkv[i][h * kHeadDim + e];
-        for (int64_t e = 0; e < kHeadDim; ++e) qkv[i][h * kHeadDim + e] /= std::sqrt(sum + 1e-6);
-      }
+  }
+  EXPECT_EQ(bad, 0) << "SiLU(conv) elements further from the FP64 value than FP32 error explains";
+  // 3. L2 norm per head of the engine's rounded q, k: kda_q, kda_k; v is passed through.
+  std::vector<double> qk[2];
+  for (int i = 0; i < 2; ++i) {
+    for (int64_t row = 0; row < n * kHeads; ++row) {
+      const float* r = e.qkv.data() + i * n * hd + row * kHeadDim;
+      double sum = 0;
+      for (int64_t d = 0; d < kHeadDim; ++d) sum += static_cast<double>(r[d]) * r[d];
+      for (int64_t d = 0; d < kHeadDim; ++d) qk[i].push_back(r[d] / std::sqrt(sum + 1e-6));
     }
-    const std::vector<float> fa = matvec_bf16(w.f_a, kRank, kHidden, xt);  // step 4
-    const std::vector<float> fb = matvec_bf16(w.f_b, kHd, kRank, fa.data());
-    const std::vector<float> b = matvec_bf16(w.b, kHeads, kHidden, xt);  // step 5
-    std::vector<float> z;                                                // step 7's logits
-    if (w.c.low_rank) {
-      const std::vector<float> ga = matvec_bf16(w.g_a, kRank, kHidden, xt);
-      z = matvec_bf16(w.g_b, kHd, kRank, ga.data());
-    } else {
-      z = matvec_bf16(w.g, kHd, kHidden, xt);
-    }
-    std::vector<float> y(static_cast<size_t>(kHd));
+  }
+  EXPECT_LT(rel_rms_fp64(qk[0], e.q.data()), kFp32Bound);
+  EXPECT_LT(rel_rms_fp64(qk[1], e.k.data()), kFp32Bound);
+  EXPECT_TRUE(std::equal(e.v.begin(), e.v.end(), e.qkv.begin() + 2 * n * hd));
+  // 4–5. The gate on the engine's f_b(f_a(x)) and β: kda_g, kda_beta.
+  const std::vector<float> fb =
+      linear_bf16(w.f_b, hd, kRank, linear_bf16(w.f_a, kRank, kHidden, x, n).data(), n);
+  const std::vector<float> b = linear_bf16(w.b, kHeads, kHidden, x, n);
+  std::vector<double> g, beta;
+  for (int64_t t = 0; t < n; ++t) {
     for (int64_t h = 0; h < kHeads; ++h) {
       const double a = std::exp(static_cast<double>(w.a_log[static_cast<size_t>(h)]));
-      const double beta = sigmoid(b[static_cast<size_t>(h)]);
-      double* s = slot.state.data() + h * kHeadDim * kHeadDim;  // [d_v, d_k]
-      const double* q = qkv[0].data() + h * kHeadDim;
-      const double* k = qkv[1].data() + h * kHeadDim;
-      const double* v = qkv[2].data() + h * kHeadDim;
-      std::vector<double> decay(static_cast<size_t>(kHeadDim));
-      for (int64_t e = 0; e < kHeadDim; ++e) {
-        const double f = static_cast<double>(fb[h * kHeadDim + e]) + w.dt_bias[h * kHeadDim + e];
-        const double g =
-            w.c.bounded ? -5.0 * sigmoid(a * f) : -a * (f > 20 ? f : std::log1p(std::exp(f)));
-        decay[static_cast<size_t>(e)] = std::exp(g);
+      beta.push_back(sigmoid(b[t * kHeads + h]));
+      for (int64_t d = 0; d < kHeadDim; ++d) {
+        const int64_t i = t * hd + h * kHeadDim + d;
+        const double f = static_cast<double>(fb[i]) + w.dt_bias[h * kHeadDim + d];
+        g.push_back(w.c.bounded ? -5.0 * sigmoid(a * f)
+                                : -a * (f > 20 ? f : std::log1p(std::exp(f))));
       }
-      std::vector<double> o(static_cast<size_t>(kHeadDim));
-      for (int64_t dv = 0; dv < kHeadDim; ++dv) {  // step 6, row dv of the V-first state
+    }
+  }
+  EXPECT_LT(rel_rms_fp64(g, e.g.data()), kFp32Bound);
+  EXPECT_LT(rel_rms_fp64(beta, e.beta.data()), kFp32Bound);
+  // 6. The recurrence on the engine's q, k, v, g, β: kda_core (o after each token).
+  const double sc = 1.0 / std::sqrt(static_cast<double>(kHeadDim));
+  std::vector<double> core;
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t h = 0; h < kHeads; ++h) {
+      double* s = slot.state.data() + h * kHeadDim * kHeadDim;  // [d_v, d_k]
+      const int64_t off = t * hd + h * kHeadDim;
+      const float *q = e.q.data() + off, *k = e.k.data() + off, *v = e.v.data() + off;
+      const float* gt = e.g.data() + off;
+      for (int64_t dv = 0; dv < kHeadDim; ++dv) {  // row dv of the V-first state
         double* row = s + dv * kHeadDim;
         double sk = 0;
         for (int64_t dk = 0; dk < kHeadDim; ++dk) {
-          row[dk] *= decay[static_cast<size_t>(dk)];
+          row[dk] *= std::exp(static_cast<double>(gt[dk]));
           sk += row[dk] * k[dk];
         }
-        const double u = beta * (v[dv] - sk);
+        const double u = e.beta[t * kHeads + h] * (v[dv] - sk);
         double sq = 0;
         for (int64_t dk = 0; dk < kHeadDim; ++dk) {
           row[dk] += k[dk] * u;
           sq += row[dk] * q[dk];
         }
-        o[static_cast<size_t>(dv)] = sc * sq;
-        core.push_back(static_cast<float>(o[static_cast<size_t>(dv)]));
+        core.push_back(sc * sq);
       }
-      double ms = 0;  // step 7
-      for (double e : o) ms += e * e;
-      const double inv_rms = 1.0 / std::sqrt(ms / kHeadDim + kEps);
-      for (int64_t e = 0; e < kHeadDim; ++e)
-        y[static_cast<size_t>(h * kHeadDim + e)] =
-            bf16(w.o_norm[static_cast<size_t>(e)] * o[e] * inv_rms * sigmoid(z[h * kHeadDim + e]));
     }
-    const std::vector<float> ot = matvec_bf16(w.o, kHidden, kHd, y.data());  // step 8
-    out.insert(out.end(), ot.begin(), ot.end());
   }
+  EXPECT_LT(rel_rms_fp64(core, e.core.data()), kFp32Bound);
+  // 7. y = RMSNorm(engine o) ⊙ σ(z), z by the engine's linears, rounded: kda_y.
+  const std::vector<float> z =
+      w.c.low_rank
+          ? linear_bf16(w.g_b, hd, kRank, linear_bf16(w.g_a, kRank, kHidden, x, n).data(), n)
+          : linear_bf16(w.g, hd, kHidden, x, n);
+  bad = 0;
+  for (int64_t row = 0; row < n * kHeads; ++row) {
+    const float* o = e.core.data() + row * kHeadDim;
+    double ms = 0;
+    for (int64_t d = 0; d < kHeadDim; ++d) ms += static_cast<double>(o[d]) * o[d];
+    const double inv_rms = 1.0 / std::sqrt(ms / kHeadDim + kEps);
+    for (int64_t d = 0; d < kHeadDim; ++d) {
+      const int64_t i = row * kHeadDim + d;
+      const double want = w.o_norm[static_cast<size_t>(d)] * o[d] * inv_rms * sigmoid(z[i]);
+      if (!bf16_rounding_within(want, kYWindow * std::abs(want), e.y[i], &ties.y)) ++bad;
+    }
+  }
+  EXPECT_EQ(bad, 0) << "y elements further from the FP64 value than FP32 error explains";
+  // 8. out = o_proj(engine y), rounded: bitwise, as both are the same linear on the same input.
+  EXPECT_EQ(linear_bf16(w.o, kHidden, hd, e.y.data(), n), e.out);
 }
 
 // ---- Running the block. ----
@@ -334,60 +414,76 @@ std::vector<float> concat(std::vector<float> a, const std::vector<float>& b) {
 }
 
 // One sequence of 37 tokens (chunks 16, 16, 5), then 21 more continuing it (first chunk 11 rows),
-// against the reference: outputs, recurrence output, taps' shapes, final state and conv rows.
-void expect_matches_reference(const Case& c, uint32_t seed) {
+// each call step by step against the reference; then the final state and conv rows. Fresh weights
+// and inputs every run (the seed is printed; DZ_KDA_SEED=N replays one).
+void expect_matches_reference(const Case& c) {
+  const char* fixed = std::getenv("DZ_KDA_SEED");
+  const uint32_t seed =
+      fixed ? static_cast<uint32_t>(std::strtoul(fixed, nullptr, 10)) : std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << " (DZ_KDA_SEED=" << seed << " replays)");
   const Dense w = make_dense(c, seed);
   const KdaBlock block = make_block(w);
   KvCache cache = make_cache(3);
   const KdaLayerState state = cache.kda_layer(0);
   const std::vector<float> x = random_x(seed + 1, 58);
   RefSlot ref_slot;
-  std::vector<float> ref_out, ref_core;
-  reference(w, x.data(), 58, ref_slot, ref_out, ref_core);
-
-  Taps taps;
-  std::vector<float> out =
-      run(block, state, x.data(), {{.pos_begin = 0, .num_tokens = 37, .slot = 2}}, &taps);
-  std::vector<float> core = taps.values["kda_core"];
-  EXPECT_EQ(taps.shapes["kda_q"], Shape({37, kHd}));
-  EXPECT_EQ(taps.shapes["kda_g"], Shape({37, kHd}));
-  EXPECT_EQ(taps.shapes["kda_beta"], Shape({37, kHeads}));
-  EXPECT_EQ(taps.shapes["attn_out"], Shape({37, kHidden}));
-  EXPECT_EQ(taps.values["attn_out"], out);
-  out = concat(out, run(block, state, x.data() + 37 * kHidden,
-                        {{.pos_begin = 37, .num_tokens = 21, .slot = 2}}, &taps));
-  core = concat(core, taps.values["kda_core"]);
-  EXPECT_LT(rel_rms(ref_out, out), 1e-4);
-  EXPECT_LT(rel_rms(ref_core, core), 1e-4);
-  EXPECT_LT(rel_rms(to_float(ref_slot.state), state_of(state, 2)), 1e-4);
-  EXPECT_LT(rel_rms(ref_slot.conv, conv_of(state, 2)), 1e-4);
-  for (float g : taps.values["kda_g"]) {
-    ASSERT_LE(g, 0.0f);
-    if (c.bounded) {
-      ASSERT_GE(g, -5.0f);  // σ rounds to 1 in FP32 once e^A·f > ~17
+  Ties ties;
+  int64_t pos = 0;
+  for (const int64_t n : {37, 21}) {
+    Taps taps;
+    const std::vector<float> out = run(block, state, x.data() + pos * kHidden,
+                                       {{.pos_begin = pos, .num_tokens = n, .slot = 2}}, &taps);
+    EXPECT_EQ(taps.shapes["kda_qkv"], Shape({3, n, kHd}));
+    EXPECT_EQ(taps.shapes["kda_q"], Shape({n, kHd}));
+    EXPECT_EQ(taps.shapes["kda_g"], Shape({n, kHd}));
+    EXPECT_EQ(taps.shapes["kda_beta"], Shape({n, kHeads}));
+    EXPECT_EQ(taps.shapes["kda_y"], Shape({n, kHd}));
+    EXPECT_EQ(taps.shapes["attn_out"], Shape({n, kHidden}));
+    EXPECT_EQ(taps.values["attn_out"], out);
+    const Step step{.qkv = taps.values["kda_qkv"],
+                    .q = taps.values["kda_q"],
+                    .k = taps.values["kda_k"],
+                    .v = taps.values["kda_v"],
+                    .g = taps.values["kda_g"],
+                    .beta = taps.values["kda_beta"],
+                    .core = taps.values["kda_core"],
+                    .y = taps.values["kda_y"],
+                    .out = out};
+    expect_steps_match(w, x.data() + pos * kHidden, n, ref_slot, step, ties);
+    for (float g : step.g) {
+      ASSERT_LE(g, 0.0f);
+      if (c.bounded) {
+        ASSERT_GE(g, -5.0f);  // σ rounds to 1 in FP32 once e^A·f > ~17
+      }
     }
+    pos += n;
   }
+  const double state_err = rel_rms(to_float(ref_slot.state), state_of(state, 2));
+  std::printf(
+      "seed %u: state relative RMS %.2e; near-ties taken the other way: %d SiLU(conv), %d y\n",
+      seed, state_err, ties.conv, ties.y);
+  EXPECT_LT(state_err, kFp32Bound);
+  EXPECT_EQ(ref_slot.conv, conv_of(state, 2));
 }
 
 TEST(KdaBlock, UnboundedGateLowRankOutputGateMatchesReference) {
-  expect_matches_reference({.bounded = false, .low_rank = true}, 11);
+  expect_matches_reference({.bounded = false, .low_rank = true});
 }
 TEST(KdaBlock, UnboundedGateFullRankOutputGateMatchesReference) {
-  expect_matches_reference({.bounded = false, .low_rank = false}, 12);
+  expect_matches_reference({.bounded = false, .low_rank = false});
 }
 TEST(KdaBlock, BoundedGateFullRankOutputGateMatchesReference) {
-  expect_matches_reference({.bounded = true, .low_rank = false}, 13);
+  expect_matches_reference({.bounded = true, .low_rank = false});
 }
 TEST(KdaBlock, BoundedGateLowRankOutputGateMatchesReference) {
-  expect_matches_reference({.bounded = true, .low_rank = true}, 14);
+  expect_matches_reference({.bounded = true, .low_rank = true});
 }
 
 // f ≈ 30 everywhere: σ(e^A·f) ≈ 1, so g ≈ −5 per token and Γ reaches −80 within a chunk; with the
 // unbounded gate and A_log up to ln 16, g ≈ −480 per token. Outputs stay finite and accurate.
 TEST(KdaBlock, SaturatedBoundedGateStaysFiniteAndAccurate) {
   expect_matches_reference(
-      {.bounded = true, .low_rank = false, .dt_shift = 30.0f, .a_log_lo = 0.0f, .a_log_hi = 2.77f},
-      15);
+      {.bounded = true, .low_rank = false, .dt_shift = 30.0f, .a_log_lo = 0.0f, .a_log_hi = 2.77f});
   const Dense w = make_dense(
       {.bounded = true, .low_rank = false, .dt_shift = 30.0f, .a_log_lo = 0.0f, .a_log_hi = 2.77f},
       15);
@@ -401,8 +497,7 @@ TEST(KdaBlock, SaturatedBoundedGateStaysFiniteAndAccurate) {
 }
 TEST(KdaBlock, SaturatedUnboundedGateStaysFiniteAndAccurate) {
   expect_matches_reference(
-      {.bounded = false, .low_rank = true, .dt_shift = 30.0f, .a_log_lo = 2.0f, .a_log_hi = 2.77f},
-      17);
+      {.bounded = false, .low_rank = true, .dt_shift = 30.0f, .a_log_lo = 2.0f, .a_log_hi = 2.77f});
 }
 
 // The same inputs through a block forced to the recurrent kernel and one forced to the chunked one.
