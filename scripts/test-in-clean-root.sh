@@ -252,7 +252,7 @@ end setup
 # tee ignores Ctrl-C so the log keeps what the root prints until then.
 step() {  # step COMMAND: runs COMMAND in the root's clone; returns its status
   : >"$step_status"
-  { if in_root "cd /root/dayzero && $1" 2>&1; then echo 0; else echo $?; fi >"$step_status"; } | {
+  { local rc=0; in_root "cd /root/dayzero && $1" 2>&1 || rc=$?; echo "$rc" >"$step_status"; } | {
     trap '' INT
     while IFS= read -r line; do
       printf '%s\n' "$line"
