@@ -16,6 +16,7 @@ usage: scripts/test-in-clean-root.sh [options]
   --only-configure   stop after `make deps` and the CMake configure of build/ (a quick check of the install)
   --target T         with --only-configure: also build the CMake target T
   --log FILE         full output (default: DIR.log, beside the root)
+  --remove           only unmount and delete the root a previous run left (--keep), then exit
 Prints the time of each phase and exits with the status of `make test` (or of the quick check).
 EOF
 }
@@ -26,6 +27,7 @@ repo=$(git -C "$script_dir" rev-parse --show-toplevel)
 commit=
 keep=0
 only_configure=0
+remove_only=0
 target=
 log=
 while [ $# -gt 0 ]; do
@@ -37,6 +39,7 @@ while [ $# -gt 0 ]; do
     --only-configure) only_configure=1; shift ;;
     --target) target=$2; shift 2 ;;
     --log) log=$2; shift 2 ;;
+    --remove) remove_only=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown option: $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -57,7 +60,9 @@ case "$repo_dir/" in "$root"/*) die "--root $root contains this repository" ;; e
 case "$root/" in "$repo_dir"/*) die "--root $root is inside this repository" ;; esac
 [[ $target =~ ^[A-Za-z0-9_.+-]*$ ]] || die "bad --target: $target"
 marker=$root/.dayzero-clean-root
-[ -n "$log" ] || log=$root.log
+if [ -z "$log" ]; then
+  if [ "$remove_only" -eq 1 ]; then log=/dev/null; else log=$root.log; fi  # keep the last run's log
+fi
 
 # One run per root at a time: a second one fails here, before its trap could touch the first's root.
 mkdir -p "$(dirname "$root")"
@@ -132,9 +137,12 @@ trap 'exit 129' HUP
 if [ -f "$marker" ]; then
   say "removing the previous root $root"
   remove_root
+  [ "$remove_only" -eq 0 ] || exit 0
 elif [ -e "$root" ] && [ -n "$(ls -A "$root")" ]; then
   die "$root exists and is not a root of this script: choose another --root"
 fi
+
+[ "$remove_only" -eq 0 ] || { say "no root of this script at $root"; exit 0; }
 
 avail_gib=$(df -P -BG "$(dirname "$root")" | awk 'NR == 2 { sub("G", "", $4); print $4 }')
 need_gib=$((only_configure ? 8 : 20))
@@ -170,8 +178,14 @@ for f in "${source_files[@]}"; do
 done
 [ -n "$mirror" ] || die "no 'deb ... bookworm' entry in ${source_files[*]}"
 
-# --- A clean clone of the commit to test, made before anything slow so that a bad --commit fails fast.
-commit=$(git -C "$repo" rev-parse --verify "${commit:-HEAD}^{commit}" 2>/dev/null || echo "${commit:-HEAD}")
+# The commit to test: resolved now where --repo is a local repository, so that a bad one fails before
+# anything slow; a URL's commit is checked out after the clone.
+if git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
+  rev=${commit:-HEAD}
+  commit=$(git -C "$repo" rev-parse --verify -q "$rev^{commit}") || die "no commit $rev in $repo"
+else
+  commit=${commit:-HEAD}
+fi
 say "root $root, mirror $mirror, repository $repo at $commit, log $log"
 
 declare -A took
@@ -243,8 +257,11 @@ in_root 'export DEBIAN_FRONTEND=noninteractive
   update-ca-certificates' >>"$log" 2>&1 || { tail -n 30 "$log" >&2; die "installing make in the root failed"; }
 
 # A clone, not the working tree: nothing uncommitted or ignored can leak in.
-git clone -q --no-hardlinks "$repo" "$root/root/dayzero" >>"$log" 2>&1
-git -C "$root/root/dayzero" checkout -q --detach "$commit"
+clone=$root/root/dayzero
+git clone -q --no-hardlinks "$repo" "$clone" >>"$log" 2>&1
+# A commit on no branch of a remote is not in the clone until fetched by name.
+git -C "$clone" checkout -q --detach "$commit" 2>/dev/null ||
+  { git -C "$clone" fetch -q origin "$commit" && git -C "$clone" checkout -q --detach FETCH_HEAD; }
 end setup
 
 # --- README's command. Each step runs in the background and the script waits for it, so that a
