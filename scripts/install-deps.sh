@@ -12,6 +12,7 @@ packages=(
   libpcre2-dev libstb-dev libxxhash-dev
   python3 python3-torch python3-numpy
   nodejs npm
+  curl  # python/tests/test_server.py drives the server with it (and skips, not fails, without it)
 )
 
 sudo_cmd=()
