@@ -5,14 +5,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(
-  build-essential cmake ninja-build pkg-config git curl ca-certificates clang clang-format
+  build-essential cmake ninja-build pkg-config git ca-certificates clang clang-format
+  curl  # python/tests/test_server.py drives the server with it (it fails without it under ctest)
   libclang-rt-14-dev libfuzzer-14-dev libomp-14-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev ocl-icd-opencl-dev libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
   libpcre2-dev libstb-dev libxxhash-dev
   python3 python3-torch python3-numpy
   nodejs npm
-  curl  # python/tests/test_server.py drives the server with it (and skips, not fails, without it)
 )
 
 sudo_cmd=()
