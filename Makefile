@@ -25,9 +25,10 @@ RUN_ARGS ?=
 run: build
 	$(BUILD)/src/dayzero/cli/dayzero serve --port $(PORT) $(RUN_ARGS)
 
-# Everything CI runs: the ASan+UBSan unit tests, the bounded fuzz runs, then the full suite. The
-# sanitizer builds keep line tables only (-g1) and the fuzz build is -O1 with asserts on: CI must
-# stay under 30 minutes on 2 cores, and these builds dominate it.
+# Everything CI runs: the ASan+UBSan unit tests and the serving soak against the ASan+UBSan
+# `dayzero` (about a minute), the bounded fuzz runs, then the full suite. The sanitizer builds keep
+# line tables only (-g1) and the fuzz build is -O1 with asserts on: CI must stay under 45 minutes
+# on 2 cores, and these builds dominate it.
 test: build asan fuzz
 	ctest --test-dir $(BUILD) --output-on-failure -j 2
 
@@ -39,6 +40,7 @@ asan: deps
 	  -DDZ_SANITIZE=ON -DDZ_BENCH=OFF
 	cmake --build $(ASAN_BUILD)
 	ctest --test-dir $(ASAN_BUILD) --output-on-failure -j 2 -L unit
+	ctest --test-dir $(ASAN_BUILD) --output-on-failure -L soak
 
 fuzz: deps
 	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" -DDZ_FUZZ=ON \

@@ -176,6 +176,8 @@ struct LinearWeight::Impl {
   bool mx_any_subnormal = false;
 
   // Matmul primitives by (tokens, tile rows, FP32 tile?); creation is serialised, execution not.
+  // Callers get their own reference, so emptying a full cache never frees a primitive that
+  // another thread (a tile task, a second caller) is still executing.
   mutable std::mutex mutex;
   mutable std::map<std::tuple<int64_t, int64_t, bool>, CachedMatmul> primitives;
 
@@ -189,8 +191,9 @@ struct LinearWeight::Impl {
   int64_t mxfp4_tile_rows() const;
 
   // The matmul for x [num_tokens, in] (bf16, or f32 when f32) · weights → y [num_tokens, n]
-  // with row stride ldy. n == 0: the whole BF16 weight in weights_desc.
-  const CachedMatmul* matmul_for(int64_t num_tokens, int64_t tile_rows, bool f32) const;
+  // with row stride ldy. n == 0: the whole BF16 weight in weights_desc. A copy of the cached
+  // entry (dnnl::matmul is a reference-counted handle): the cache may be emptied meanwhile.
+  CachedMatmul matmul_for(int64_t num_tokens, int64_t tile_rows, bool f32) const;
 
   void repack_for_onednn();
   void forward_bf16(const ExecContext& ctx, const float* x, int64_t num_tokens, float* y) const;
@@ -501,12 +504,12 @@ void LinearWeight::forward(const ExecContext& ctx, const float* x, int64_t num_t
   }
 }
 
-const CachedMatmul* LinearWeight::Impl::matmul_for(int64_t num_tokens, int64_t tile_rows,
-                                                   bool f32) const {
+CachedMatmul LinearWeight::Impl::matmul_for(int64_t num_tokens, int64_t tile_rows, bool f32) const {
   std::lock_guard<std::mutex> lock(mutex);
   const auto key = std::make_tuple(num_tokens, tile_rows, f32);
-  if (auto it = primitives.find(key); it != primitives.end()) return &it->second;
-  if (primitives.size() >= kMaxCachedPrimitives) primitives.clear();  // only idle ones are cached
+  if (auto it = primitives.find(key); it != primitives.end()) return it->second;
+  // Primitives still executing elsewhere live on in their callers' copies.
+  if (primitives.size() >= kMaxCachedPrimitives) primitives.clear();
   const bool whole = tile_rows == 0;
   const int64_t cols = whole ? out_features : tile_rows;
   const memory::desc src({num_tokens, in_features}, f32 ? Dt::f32 : Dt::bf16, Tag::ab);
@@ -515,7 +518,7 @@ const CachedMatmul* LinearWeight::Impl::matmul_for(int64_t num_tokens, int64_t t
       dnnl::matmul::desc(src, weights, dst_desc(num_tokens, cols, out_features)),
       user_scratchpad_attr(), cpu_engine());
   CachedMatmul entry{dnnl::matmul(pd), pd.scratchpad_desc().get_size()};
-  return &primitives.emplace(key, std::move(entry)).first->second;
+  return primitives.emplace(key, std::move(entry)).first->second;
 }
 
 void LinearWeight::Impl::forward_bf16(const ExecContext& ctx, const float* x, int64_t num_tokens,
@@ -528,8 +531,8 @@ void LinearWeight::Impl::forward_bf16(const ExecContext& ctx, const float* x, in
   auto* x_bf16 = reinterpret_cast<uint16_t*>(
       ensure(t_scratch.x_bf16, static_cast<size_t>(num_elems) * sizeof(uint16_t)));
   round_activations(ctx, x, num_elems, x_bf16, nullptr);
-  const CachedMatmul* mm = matmul_for(num_tokens, 0, false);
-  execute(*mm, memory::desc({num_tokens, in_features}, Dt::bf16, Tag::ab), x_bf16, weights_desc,
+  const CachedMatmul mm = matmul_for(num_tokens, 0, false);
+  execute(mm, memory::desc({num_tokens, in_features}, Dt::bf16, Tag::ab), x_bf16, weights_desc,
           weights_mem.get_data_handle(), dst_desc(num_tokens, out_features, out_features), y);
 }
 
@@ -609,8 +612,8 @@ void LinearWeight::Impl::forward_fp8_tiles(const ExecContext& ctx, const float* 
         detail::fp8_dequantize_rows_bf16_avx512(code_data(), scale_data(), block, row_begin,
                                                 row_begin + rows,
                                                 reinterpret_cast<uint16_t*>(tile));
-      const CachedMatmul* mm = matmul_for(tokens, rows, f32);
-      execute(*mm, memory::desc({tokens, in_features}, f32 ? Dt::f32 : Dt::bf16, Tag::ab),
+      const CachedMatmul mm = matmul_for(tokens, rows, f32);
+      execute(mm, memory::desc({tokens, in_features}, f32 ? Dt::f32 : Dt::bf16, Tag::ab),
               static_cast<const std::byte*>(src) +
                   static_cast<size_t>(token_begin * in_features) * elem_bytes,
               tile_weights_desc(in_features, rows, f32), tile, dst_desc(tokens, rows, out_features),
@@ -677,8 +680,8 @@ void LinearWeight::Impl::forward_mxfp4_tiles(const ExecContext& ctx, const float
                                            f32 ? reinterpret_cast<float*>(tile) : nullptr);
       const void* src = f32 ? static_cast<const void*>(x_f32 + token_begin * in_features)
                             : static_cast<const void*>(x_bf16 + token_begin * in_features);
-      const CachedMatmul* mm = matmul_for(tokens, rows, f32);
-      execute(*mm, memory::desc({tokens, in_features}, f32 ? Dt::f32 : Dt::bf16, Tag::ab), src,
+      const CachedMatmul mm = matmul_for(tokens, rows, f32);
+      execute(mm, memory::desc({tokens, in_features}, f32 ? Dt::f32 : Dt::bf16, Tag::ab), src,
               tile_weights_desc(in_features, rows, f32), tile, dst_desc(tokens, rows, out_features),
               y + token_begin * out_features + row_begin);
     }

@@ -7,11 +7,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "dayzero/core/aligned_buffer.h"
@@ -258,6 +260,44 @@ TEST(LinearWeight, SingleThreadMatchesManyThreads) {
       w->forward(ExecContext{2}, x.data(), num_tokens, y2.data());
       EXPECT_LT(rel_rms(y2, y1), kFp32Tolerance) << num_tokens;
     }
+  }
+}
+
+// The primitive cache of a weight is emptied when full while other threads may still be running
+// primitives from it (OpenMP tile tasks, or two callers): each caller must hold its own reference.
+// Every call below has a new token count, so the cache fills and empties many times while the
+// other thread executes; a primitive freed under it reads freed memory (issue 15: a general
+// protection fault in libdnnl under a soak).
+TEST(LinearWeight, ConcurrentForwardsSurviveCacheEviction) {
+  std::mt19937 rng(5);
+  const std::vector<float> f32 = random_normal(rng, 96 * 128);
+  const LinearWeight plain = LinearWeight::from_f32_as_bf16(f32.data(), 96, 128);
+  Fp8Weight fp8 = random_fp8(rng, 130, 128, 128, 128, true);  // tiles of 64 and 2 rows
+  auto quantized = load(fp8);
+  ASSERT_TRUE(quantized.ok());
+  for (const LinearWeight* w : std::array<const LinearWeight*, 2>{&plain, &*quantized}) {
+    const int64_t in = w->in_features(), out = w->out_features();
+    constexpr int64_t kMaxTokens = 65 + 2 * 150;  // past the small-GEMM path of BF16 weights
+    const std::vector<float> x = random_normal(rng, kMaxTokens * in);
+    std::vector<float> ref(static_cast<size_t>(kMaxTokens * out));
+    w->forward(ExecContext{1}, x.data(), kMaxTokens, ref.data());
+    std::vector<double> worst(2, 0.0);
+    auto run = [&](int thread) {
+      std::vector<float> y(ref.size());
+      for (int64_t i = 0; i < 150; ++i) {
+        const int64_t num_tokens = 65 + 2 * i + thread;  // each thread its own counts
+        w->forward(ExecContext{1}, x.data(), num_tokens, y.data());
+        const std::vector<float> got(y.begin(), y.begin() + num_tokens * out);
+        const std::vector<float> want(ref.begin(), ref.begin() + num_tokens * out);
+        worst[static_cast<size_t>(thread)] =
+            std::max(worst[static_cast<size_t>(thread)], rel_rms(got, want));
+      }
+    };
+    std::thread other(run, 1);
+    run(0);
+    other.join();
+    EXPECT_LT(worst[0], kFp32Tolerance) << w->out_features();
+    EXPECT_LT(worst[1], kFp32Tolerance) << w->out_features();
   }
 }
 

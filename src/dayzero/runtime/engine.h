@@ -64,7 +64,9 @@ class Engine {
 
   // Assigns a fresh id and queues the request. Refused at once: an invalid request
   // (kInvalidArgument, EngineCore::validate_request), or max_queued_requests already waiting
-  // (kResourceExhausted).
+  // (kResourceExhausted). This is the only place the queue bound is checked: an accepted request
+  // enters the core even if preemptions in the step running meanwhile filled its waiting queue,
+  // so a stream never ends with kResourceExhausted.
   Result<std::shared_ptr<RequestStream>> submit(GenerationRequest request);
   // Cancels a waiting or running request between steps; its stream then ends with aborted = true.
   // Unknown and finished ids are ignored.
@@ -103,8 +105,10 @@ class Engine {
   std::vector<Submitted> inbox_;
   std::vector<int64_t> cancels_;
   int64_t next_id_ = 1;
-  int64_t num_core_waiting_ = 0;  // an upper bound between steps, exact after each
-  bool core_busy_ = false;        // the core has unfinished requests
+  // The core's waiting count at the last step end plus the requests moved in since; a step in
+  // progress may preempt more (already accepted requests: the bound does not refuse them).
+  int64_t num_core_waiting_ = 0;
+  bool core_busy_ = false;  // the core has unfinished requests
   bool stop_ = false;
   EngineMetrics metrics_;
 

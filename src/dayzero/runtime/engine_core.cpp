@@ -217,10 +217,6 @@ Status EngineCore::add_request(int64_t request_id, GenerationRequest request) {
   Scheduler& scheduler = *impl_->scheduler;
   if (scheduler.find(request_id) != nullptr)
     return make_error(StatusCode::kAlreadyExists, "request id {} is already in use", request_id);
-  if (scheduler.num_waiting() >= config_.max_queued_requests)
-    return make_error(StatusCode::kResourceExhausted,
-                      "the queue is full: {} requests waiting (max_queued_requests)",
-                      scheduler.num_waiting());
   scheduler.add(std::make_unique<Request>(request_id, std::move(request), config_.eos_token_ids));
   return Status::ok_status();
 }

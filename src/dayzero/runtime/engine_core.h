@@ -25,8 +25,8 @@ class EngineCore {
 
   // Validates the request (prompt non-empty and in the vocabulary, sampling params, max_tokens,
   // prompt + max_tokens ≤ max_model_len, stop strings need token_bytes: kInvalidArgument) and
-  // queues it; kResourceExhausted when max_queued_requests are waiting; kAlreadyExists for a
-  // request id in use.
+  // queues it; kAlreadyExists for a request id in use. The queue bound (max_queued_requests) is
+  // Engine::submit's alone: a request the engine accepted must never be refused here later.
   Status add_request(int64_t request_id, GenerationRequest request);
   // The checks of add_request that do not depend on the engine's state (thread-safe: reads only
   // the config and the model's vocabulary), so Engine can answer a submit at once.

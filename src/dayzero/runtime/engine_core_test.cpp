@@ -490,7 +490,9 @@ TEST(EngineCore, ShortPromptsPassALongPrefill) {
   EXPECT_TRUE(results[3].finished);
 }
 
-TEST(EngineCore, QueueLimitAndDuplicateIds) {
+// The queue bound is Engine::submit's (engine_test.cpp): the core takes whatever the engine
+// accepted, so a request is never refused twice at two different moments.
+TEST(EngineCore, DuplicateIdsAndNoQueueBound) {
   RecordingLm model(false);
   EngineConfig config = small_config();
   config.max_queued_requests = 2;
@@ -500,12 +502,9 @@ TEST(EngineCore, QueueLimitAndDuplicateIds) {
   EXPECT_EQ(dup.code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(dup.message(), "request id 1 is already in use");
   ASSERT_TRUE(engine->add_request(2, greedy({1, 2}, 2)).ok());
-  const Status full = engine->add_request(3, greedy({1, 2}, 2));
-  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted);
-  EXPECT_EQ(full.message(), "the queue is full: 2 requests waiting (max_queued_requests)");
+  ASSERT_TRUE(engine->add_request(3, greedy({1, 2}, 2)).ok());
+  EXPECT_EQ(engine->metrics().num_waiting, 3);
   std::map<int64_t, Collected> results;
-  collect(results, engine->step());  // both admitted: the queue has room again
-  EXPECT_TRUE(engine->add_request(3, greedy({1, 2}, 2)).ok());
   run_to_end(*engine, results);
   EXPECT_EQ(results.size(), 3u);
 }

@@ -58,6 +58,7 @@ class FakeLm : public model::CausalLm {
     {
       std::unique_lock lock(gate_mutex_);
       ++num_forwards_;
+      last_num_sequences_ = static_cast<int64_t>(batch.sequences.size());
       gate_cv_.notify_all();
       gate_cv_.wait(lock, [&] { return permits_ != 0; });
       if (permits_ > 0) --permits_;
@@ -110,12 +111,18 @@ class FakeLm : public model::CausalLm {
     std::lock_guard lock(gate_mutex_);
     return num_forwards_;
   }
+  // Sequences in the batch of the latest forward pass (the one held, if any).
+  int64_t last_num_sequences() {
+    std::lock_guard lock(gate_mutex_);
+    return last_num_sequences_;
+  }
 
  private:
   std::mutex gate_mutex_;
   std::condition_variable gate_cv_;
   int64_t permits_ = -1;
   int64_t num_forwards_ = 0;
+  int64_t last_num_sequences_ = 0;
 };
 
 // Lets every forward pass run again when a test ends early, before its engine is destroyed
@@ -327,6 +334,60 @@ TEST(EngineTest, QueueFullIsRefusedWithResourceExhausted) {
   auto later = (*engine)->submit(request);
   ASSERT_TRUE(later.ok());
   EXPECT_EQ(drain(**later).tokens.size(), 4u);
+}
+
+// The race of a soak (12 clients, --max-queued-requests 4, a tiny KV cache): submit counts the
+// core's waiting requests as of the last step end, but the step running meanwhile may preempt
+// and so fill the core's queue. A request submit accepted must still run, never end with
+// kResourceExhausted (which the server answered as a 500).
+TEST(EngineTest, PreemptionDuringAStepDoesNotRefuseAcceptedRequests) {
+  FakeLm model;
+  EngineConfig config = small_config();
+  config.max_num_seqs = 2;
+  config.max_queued_requests = 2;
+  config.num_blocks = 1 + 7;  // two requests of 23 tokens need 12 blocks of 4: one is preempted
+  auto engine = Engine::create(model, ExecContext{}, config);
+  ASSERT_TRUE(engine.ok());
+  GenerationRequest long_request;
+  long_request.prompt_token_ids = {1, 2, 3, 4};
+  long_request.max_tokens = 20;
+
+  ReleaseOnExit release{model};
+  model.set_permits(0);
+  auto a = (*engine)->submit(long_request);
+  auto b = (*engine)->submit(long_request);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(b.ok());
+  // Step by step until a step runs one sequence: its schedule() preempted the other, which now
+  // waits in the core while the engine still counts no waiting request.
+  int64_t step = 1;
+  for (;; ++step) {
+    ASSERT_TRUE(model.wait_forwards_above(step - 1));
+    if (step > 1 && model.last_num_sequences() == 1) break;
+    ASSERT_LT(step, 40) << "no preemption";
+    model.set_permits(1);
+  }
+  GenerationRequest short_request;
+  short_request.prompt_token_ids = {5, 6, 7};
+  short_request.max_tokens = 2;
+  auto c = (*engine)->submit(short_request);
+  auto d = (*engine)->submit(short_request);
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(d.ok());
+  auto refused = (*engine)->submit(short_request);  // the bound, at submit
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  model.set_permits(-1);
+
+  int64_t num_preemptions = 0;
+  for (auto* stream : {&*a, &*b, &*c, &*d}) {
+    Collected result = drain(**stream);
+    EXPECT_TRUE(result.last.error.ok()) << result.last.error.to_string();
+    EXPECT_FALSE(result.last.aborted);
+    EXPECT_EQ(static_cast<int64_t>(result.tokens.size()), stream == &*a || stream == &*b ? 20 : 2);
+    num_preemptions += result.last.num_preemptions;
+  }
+  EXPECT_GE(num_preemptions, 1);
 }
 
 TEST(EngineTest, CancelWhileQueuedAndWhileRunning) {

@@ -23,7 +23,7 @@ using TokenBytesFn = std::function<std::optional<std::string>(int32_t token)>;
 struct EngineConfig {
   int64_t max_num_seqs = 32;             // running requests; also the number of live state slots
   int64_t max_num_batched_tokens = 512;  // token budget of one step
-  int64_t max_queued_requests = 256;     // waiting requests; submit beyond: kResourceExhausted
+  int64_t max_queued_requests = 256;     // Engine::submit beyond it: kResourceExhausted
   int64_t long_prefill_threshold = 0;    // 0: max_num_batched_tokens / 2
   int64_t max_long_partial_prefills = 1;
   int64_t block_size = 64;  // tokens per KV block

@@ -99,7 +99,7 @@ void respond_whole(Exchange& x, httplib::Response& response) {
     return;
   }
   if (std::optional<ApiError> error = x.run->error()) {
-    send_error(response, *error);
+    send_error(response, *error, x.run->retry_after_s());
     return;
   }
   const openai::Usage usage = x.run->usage();

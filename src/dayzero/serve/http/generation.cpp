@@ -45,11 +45,7 @@ std::optional<ApiError> GenerationRun::submit(const std::vector<PromptInput>& pr
         }
         if (stream.status().code() == StatusCode::kResourceExhausted) {
           metrics_.on_rejected("queue_full");
-          retry_after_s_ = metrics_.retry_after_seconds(model_.engine->metrics().num_waiting);
-          return ApiError::overloaded(fmt::format(
-              "The server is overloaded: its queue of waiting requests is full ({}). Retry "
-              "after {} s.",
-              stream.status().message(), retry_after_s_));
+          return overloaded(stream.status());
         }
         metrics_.on_rejected("invalid_request");
         return ApiError::from_status(stream.status());
@@ -64,6 +60,12 @@ std::optional<ApiError> GenerationRun::submit(const std::vector<PromptInput>& pr
     }
   }
   return std::nullopt;
+}
+
+ApiError GenerationRun::overloaded(const Status& status) {
+  retry_after_s_ = metrics_.retry_after_seconds(model_.engine->metrics().num_waiting);
+  return ApiError::overloaded(fmt::format("The server is overloaded: {}. Retry after {} s.",
+                                          status.message(), retry_after_s_));
 }
 
 void GenerationRun::fold(ChoiceState& choice, const runtime::RequestOutput& output) {
@@ -84,6 +86,12 @@ void GenerationRun::fold(ChoiceState& choice, const runtime::RequestOutput& outp
     choice.last.error = output.error;
     const std::string reason = finish_reason_of(output);
     if (reason != "error") metrics_.on_finished(choice.timer, choice.last, reason, now);
+    // A full pool or queue found after submit is still an overload, not an engine failure.
+    if (!failure_ && !output.error.ok())
+      failure_ = output.error.code() == StatusCode::kResourceExhausted
+                     ? overloaded(output.error)
+                     : ApiError::internal(fmt::format("The engine failed this request: {}",
+                                                      output.error.to_string()));
   }
 }
 
@@ -124,10 +132,7 @@ bool GenerationRun::finished() const {
 }
 
 std::optional<ApiError> GenerationRun::error() const {
-  for (const ChoiceState& choice : choices_)
-    if (!choice.last.error.ok())
-      return ApiError::internal(
-          fmt::format("The engine failed this request: {}", choice.last.error.to_string()));
+  if (failure_) return failure_;
   for (const ChoiceState& choice : choices_)
     if (choice.last.aborted)
       return ApiError::service_unavailable("The request was aborted (the server is stopping).");

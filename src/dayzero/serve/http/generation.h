@@ -55,12 +55,14 @@ class GenerationRun {
   // invalid request: 400) cancels whatever was already submitted.
   std::optional<openai::ApiError> submit(const std::vector<PromptInput>& prompts,
                                          const openai::SamplingFields& fields);
+  // Seconds for Retry-After once submit() or error() answered 503 server_overloaded; else 0.
   int retry_after_s() const { return retry_after_s_; }
 
   // Outputs that arrived, waiting up to `timeout` when none has.
   std::vector<ChoiceEvent> poll(std::chrono::milliseconds timeout);
   bool finished() const;
-  // The first engine failure among the choices (500), if any.
+  // The first failure among the choices, in the order they arrived: 503 server_overloaded
+  // (retry_after_s set) for kResourceExhausted, else 500; then 503 for an aborted choice.
   std::optional<openai::ApiError> error() const;
 
   std::vector<ChoiceState>& choices() { return choices_; }
@@ -70,10 +72,13 @@ class GenerationRun {
 
  private:
   void fold(ChoiceState& choice, const runtime::RequestOutput& output);
+  // 503 server_overloaded for `status`, with retry_after_s_ computed now.
+  openai::ApiError overloaded(const Status& status);
 
   ServingModel& model_;
   ServerMetrics& metrics_;
   std::vector<ChoiceState> choices_;
+  std::optional<openai::ApiError> failure_;  // the first choice that failed
   int retry_after_s_ = 0;
 };
 
