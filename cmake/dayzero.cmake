@@ -11,6 +11,10 @@ elseif(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSI
   list(APPEND DZ_WARNINGS -Wno-restrict)
 endif()
 set(DZ_ISA_FLAGS_avx512 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mavx512vbmi -mfma -mf16c)
+# oneDNN's own cap (ONEDNN_MAX_CPU_ISA) for the tests run at each lower DZ_CPU_ISA level: oneDNN's
+# GEMMs dispatch on their own, so without it an AMX machine would still run oneDNN's AMX kernels.
+set(DZ_ONEDNN_ISA_generic AVX2)
+set(DZ_ONEDNN_ISA_avx512 AVX512_CORE_BF16)
 
 if(DZ_SANITIZE)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
