@@ -20,6 +20,13 @@ if(DZ_SANITIZE)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
   add_link_options(-fsanitize=address,undefined)
 endif()
+if(DZ_TSAN)
+  if(DZ_SANITIZE)
+    message(FATAL_ERROR "DZ_TSAN and DZ_SANITIZE cannot be combined (TSan excludes ASan)")
+  endif()
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+endif()
 
 # dz_layer(NAME DEPS <libs...>) builds every *.cpp of the current folder (and its sub-folders) into
 # the static library dz_NAME, except *_test.cpp, which become the GoogleTest program dz_NAME_tests.
