@@ -6,7 +6,10 @@
 import OpenAI from "openai";
 
 const [baseURL, apiKey, model, withChat] = process.argv.slice(2);
-const client = new OpenAI({ baseURL, apiKey, timeout: 30000, maxRetries: 0 });
+// The platform's fetch (undici, Node >= 18), as the client's v5 uses by default: v4's bundled
+// node-fetch 2.7 reports every streamed response of a keep-alive connection as "Premature close"
+// on Debian 12's Node 18 (not on Node 20), while curl, Python and undici read the same bytes whole.
+const client = new OpenAI({ baseURL, apiKey, timeout: 30000, maxRetries: 0, fetch: globalThis.fetch });
 
 async function streamed(iterator) {
   const chunks = [];
