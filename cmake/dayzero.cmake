@@ -58,6 +58,9 @@ function(dz_layer name)
     target_compile_definitions(dz_${name}_tests PRIVATE
       DZ_SOURCE_DIR="${PROJECT_SOURCE_DIR}" DZ_BUILD_DIR="${PROJECT_BINARY_DIR}")
     target_link_libraries(dz_${name}_tests PRIVATE dz_${name} GTest::gtest GTest::gmock GTest::gtest_main)
-    gtest_discover_tests(dz_${name}_tests DISCOVERY_MODE PRE_TEST PROPERTIES LABELS "unit")
+    # Listing the tests of a sanitizer build on a loaded 2-core machine took longer than the
+    # default 5 s once (an error, not a failure of any test).
+    gtest_discover_tests(dz_${name}_tests DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60
+      PROPERTIES LABELS "unit")
   endif()
 endfunction()
