@@ -13,28 +13,38 @@ CKPT=$(mktemp -d)
 trap 'rm -rf "$CKPT"' EXIT
 
 # 40 token ids below every tiny vocabulary, fixed so both runs see the same input.
-IDS=$(python3 -c 'import random; r = random.Random(16); print(",".join(str(r.randrange(1, 200)) for _ in range(40)))')
+IDS=$(/usr/bin/python3 -c 'import random; r = random.Random(16); print(",".join(str(r.randrange(1, 200)) for _ in range(40)))')
+
+# One `dayzero logits` run; a refusal (e.g. an FP8 cache for a latent that is not a multiple of
+# 128) is behaviour too: its message is kept in NAME.err.
+logits() {  # logits OUT_NAME ARGS...
+  local name=$1
+  shift
+  if ! "$DAYZERO" logits --threads 2 "$@" --output "$OUT/$name.npy" 2>"$OUT/$name.log"; then
+    grep -v '^\[' "$OUT/$name.log" >"$OUT/$name.err" || true
+  fi
+  rm -f "$OUT/$name.log"
+}
 
 dump() {  # dump NAME MODEL_DIR
   local name=$1 model=$2
   for dtype in fp8 bf16; do
-    "$DAYZERO" logits --model "$model" --token-ids "$IDS" --kv-cache-dtype "$dtype" --threads 2 \
-      --output "$OUT/$name.$dtype.prefill.npy"
-    "$DAYZERO" logits --model "$model" --token-ids "$IDS" --kv-cache-dtype "$dtype" --threads 2 \
-      --prefill-chunk 7 --output "$OUT/$name.$dtype.chunked.npy"
-    "$DAYZERO" logits --model "$model" --token-ids "$IDS" --kv-cache-dtype "$dtype" --threads 2 \
-      --decode-from 9 --output "$OUT/$name.$dtype.decode.npy"
+    logits "$name.$dtype.prefill" --model "$model" --token-ids "$IDS" --kv-cache-dtype "$dtype"
+    logits "$name.$dtype.chunked" --model "$model" --token-ids "$IDS" --kv-cache-dtype "$dtype" \
+      --prefill-chunk 7
+    logits "$name.$dtype.decode" --model "$model" --token-ids "$IDS" --kv-cache-dtype "$dtype" \
+      --decode-from 9
   done
 }
 
 for arch in deepseek_v32 kimi_linear kimi_k3 dayzero_hybrid; do
-  PYTHONPATH="$ROOT/python" python3 -m dayzero_ref.make_tiny "$arch" "$CKPT/$arch" --seed 0
-  PYTHONPATH="$ROOT/python" python3 -m dayzero_ref.make_tiny "$arch" "$CKPT/$arch-plain" --seed 0 --plain
+  PYTHONPATH="$ROOT/python" /usr/bin/python3 -m dayzero_ref.make_tiny "$arch" "$CKPT/$arch" --seed 0
+  PYTHONPATH="$ROOT/python" /usr/bin/python3 -m dayzero_ref.make_tiny "$arch" "$CKPT/$arch-plain" --seed 0 --plain
   dump "$arch" "$CKPT/$arch"
   dump "$arch-plain" "$CKPT/$arch-plain"
 done
 dump demo "$ROOT/models/demo"
 # The MTP head of the tiny DeepSeek-V3.2 checkpoint has logits of its own.
-"$DAYZERO" logits --model "$CKPT/deepseek_v32" --token-ids "$IDS" --threads 2 \
-  --output "$OUT/deepseek_v32.with-mtp.npy" --mtp-output "$OUT/deepseek_v32.mtp.npy"
+logits deepseek_v32.with-mtp --model "$CKPT/deepseek_v32" --token-ids "$IDS" \
+  --mtp-output "$OUT/deepseek_v32.mtp.npy"
 ls "$OUT" | wc -l
