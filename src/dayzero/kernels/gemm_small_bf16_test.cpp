@@ -29,7 +29,7 @@ std::vector<float> decode(const std::vector<uint16_t>& codes) {
   return out;
 }
 
-// Wᵀ in the layout oneDNN picks for a BF16 matmul with this weight (as linear.cpp asks for it).
+// Wᵀ in the layout oneDNN picks for a BF16 matmul with this weight (as linear_bf16.cpp asks).
 memory onednn_weight(const std::vector<uint16_t>& w, int64_t out, int64_t in) {
   const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   const dnnl::matmul::primitive_desc pd(

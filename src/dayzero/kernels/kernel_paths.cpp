@@ -48,9 +48,9 @@ constexpr CpuFeatures kAmxVbmi{
     .avx512 = true, .avx512_vbmi = true, .avx512_bf16 = true, .amx_bf16 = true};
 const Variant kPortable{"portable C++", {}};
 
-// In the order of a decoder step. Where each check lives: linear.cpp (repack_for_onednn,
-// from_fp8_block, from_mxfp4), gemm_small_bf16.cpp, lightning_indexer.cpp, kda.cpp,
-// mla_absorb.cpp, mla_attention.cpp, norms.cpp.
+// In the order of a decoder step. Where each check lives: linear_bf16.cpp (reorder_for_onednn),
+// linear_fp8_block.cpp and linear_mxfp4.cpp (create), gemm_small_bf16.cpp, lightning_indexer.cpp,
+// kda.cpp, mla_absorb.cpp, mla_attention.cpp, norms.cpp.
 const std::vector<Operator>& operators() {
   static const std::vector<Operator> ops = {
       {"BF16 linear, <= 64 tokens",

@@ -1,10 +1,9 @@
 #pragma once
-// A linear layer y = x · Wᵀ with W stored [out, in] (models.md §0), repacked once at load into the
-// layout its kernels want. Plain float weights run as BF16 GEMMs through oneDNN (activations are
-// BF16-valued, models.md §0); FP8 128×128 block-scaled weights (formats.md §3.3) are dequantized
-// per tile into a reused workspace for many-token GEMMs and read by a fused GEMV for few tokens.
-// MXFP4 weights (formats.md §3.4) stay packed (4.25 bits per weight) and take the same two paths.
-// Accumulation is FP32 everywhere.
+// A linear layer y = x · Wᵀ with W stored [out, in], in one of three weight formats, each its own
+// type with its own kernels and dispatch: BF16 (linear_bf16.h; plain float weights, rounded),
+// FP8 128×128 block-scaled (linear_fp8_block.h) and MXFP4 (linear_mxfp4.h). The format is chosen
+// once, by the factory that loads the weight. Activations are BF16-valued; accumulation is FP32
+// everywhere.
 
 #include <cstdint>
 #include <memory>
@@ -33,6 +32,7 @@ class LinearWeight {
   static LinearWeight from_f32_as_bf16(const float* weight, int64_t out_features,
                                        int64_t in_features);
 
+  // Empty (no format): 0 × 0, and forward() refuses it.
   LinearWeight();
   ~LinearWeight();
   LinearWeight(LinearWeight&&) noexcept;
@@ -55,8 +55,12 @@ class LinearWeight {
   void dequantize(float* out) const;
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  // The format's weight (a std::variant of the three types), behind a pointer so that this header
+  // needs neither oneDNN nor the formats' headers.
+  struct Format;
+  explicit LinearWeight(std::unique_ptr<const Format> format);
+
+  std::unique_ptr<const Format> format_;  // null when empty
 };
 
 }  // namespace dz::kernels

@@ -1,7 +1,8 @@
 #pragma once
-// Kernels behind LinearWeight (linear.h), internal to kernels/. The AVX-512
-// variants live in linear_fp8_avx512.cpp; linear_ref.cpp holds the scalar oracle they are tested
-// against. E4M3 is decoded exactly through FP16 (formats.md §6.2 + §6.3): FP16 bits
+// Kernels behind the FP8 block and MXFP4 linear formats (linear_fp8_block.h, linear_mxfp4.h),
+// internal to kernels/. The AVX-512 variants live in linear_fp8_avx512.cpp,
+// linear_fp8_bf16_avx512.cpp and linear_mxfp4_avx512.cpp; linear_ref.cpp holds the scalar oracle
+// they are tested against. E4M3 is decoded exactly through FP16 (formats.md §6.2 + §6.3): FP16 bits
 // (code & 0x80) << 8 | (code & 0x7F) << 7 hold value · 2^-8 for every finite code, and VCVTPH2PS
 // widens them exactly; the 2^8 is folded back once per output (GEMV) or into the scale (tiles).
 
@@ -10,8 +11,6 @@
 #include "dayzero/formats/fp8_block.h"
 
 namespace dz::kernels::detail {
-
-// Whether this CPU runs the *_avx512 kernels (AVX-512 F/BW/VL/DQ and F16C); in linear.cpp.
 
 // out[e] = the BF16 code nearest x[e] (RNE, NaN → 0x7FC0, as formats::encode_bf16), and/or
 // out_f32[e] = its value; either output may be null.

@@ -1,8 +1,9 @@
 #pragma once
-// Scalar references for LinearWeight (linear.h): the test oracle and the fallback for shapes the
-// fast kernels do not take. Each output is one FP32 dot product in column order over BF16-rounded
-// activations and the exact FP32 weight values, so forward() variants are checked against them
-// with a tolerance, never for bit equality.
+// Scalar references for the linear formats (linear_bf16.h, linear_fp8_block.h, linear_mxfp4.h):
+// the test oracle and the portable fallback, also for weights the fast kernels do not take. Each
+// output is one FP32 dot product in column order over BF16-rounded activations and the exact FP32
+// weight values, so forward() variants are checked against them with a tolerance, never for bit
+// equality.
 
 #include <cstdint>
 

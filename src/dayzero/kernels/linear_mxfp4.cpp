@@ -1,0 +1,197 @@
+#include "dayzero/kernels/linear_mxfp4.h"
+
+#include <algorithm>
+#include <cstring>
+#include <span>
+#include <utility>
+
+#include "dayzero/core/logging.h"
+#include "dayzero/formats/code_checks.h"
+#include "dayzero/formats/mxfp4_layouts.h"
+#include "dayzero/kernels/cpu_features.h"
+#include "dayzero/kernels/linear_common.h"
+#include "dayzero/kernels/linear_kernels.h"
+#include "dayzero/kernels/linear_ref.h"
+
+namespace dz::kernels {
+
+namespace {
+
+// The GEMV costs about 0.3 ms per token per [3072, 3584] expert matrix (4 VDPBF16PS per 128
+// weights per token), the tiles a fixed ~2.4 ms (a DRAM-bound dequantization, then AMX); at 8
+// tokens (one GEMV pass) they measured 2.3 vs 2.5 ms, 9 tokens need a second GEMV pass.
+constexpr int64_t kMxfp4GemmMinTokens = 9;
+// The fixed per-thread tile buffer: 1 MiB holds 64 BF16 rows of 7168 (as the FP8 tiles) or 170 of
+// the K3 experts' 3072, and fits in the 2 MiB L2 next to oneDNN's packed copy.
+constexpr size_t kWorkspaceBytes = size_t{1} << 20;
+constexpr int64_t kMaxTileRows = 256;
+constexpr int64_t kTileTokens = 256;  // tokens per tile GEMM
+
+}  // namespace
+
+Result<Mxfp4Linear> Mxfp4Linear::create(const TensorView& weight_packed,
+                                        const TensorView& weight_scale) {
+  DZ_RETURN_IF_ERROR(detail::check_matrix(weight_packed, "MXFP4 weight_packed"));
+  DZ_RETURN_IF_ERROR(detail::check_matrix(weight_scale, "MXFP4 weight_scale"));
+  if (weight_packed.dtype() != DType::kU8)
+    return make_error(StatusCode::kUnsupported, "MXFP4 weight_packed: expected dtype U8, found {}",
+                      dtype_name(weight_packed.dtype()));
+  if (weight_scale.dtype() != DType::kU8 && weight_scale.dtype() != DType::kF8E8M0)
+    return make_error(StatusCode::kUnsupported,
+                      "MXFP4 weight_scale: expected dtype U8 or F8_E8M0, found {}",
+                      dtype_name(weight_scale.dtype()));
+  const int64_t out = weight_packed.dim(0), in = 2 * weight_packed.dim(1);
+  if (in % 32 != 0)
+    return make_error(StatusCode::kInvalidArgument,
+                      "MXFP4 weight_packed: expected [out, in/2] with in a multiple of 32, found "
+                      "shape {} (in = {})",
+                      weight_packed.shape().to_string(), in);
+  const Shape expected_scale_shape{out, in / 32};
+  if (!(weight_scale.shape() == expected_scale_shape))
+    return make_error(StatusCode::kInvalidArgument,
+                      "MXFP4 weight_scale: expected shape {} (one code per 32 inputs) for "
+                      "weight_packed {}, found {}",
+                      expected_scale_shape.to_string(), weight_packed.shape().to_string(),
+                      weight_scale.shape().to_string());
+
+  Mxfp4Linear result;
+  result.out_features_ = out;
+  result.in_features_ = in;
+  const int64_t row_bytes = in / 2, num_blocks = in / 32;
+  result.packed_ = AlignedBuffer(static_cast<size_t>(out * row_bytes));
+  result.scales_ = AlignedBuffer(static_cast<size_t>(out * num_blocks));
+  auto* packed = reinterpret_cast<uint8_t*>(result.packed_.data());
+  auto* scales = reinterpret_cast<uint8_t*>(result.scales_.data());
+  for (int64_t i = 0; i < out; ++i) {
+    std::memcpy(packed + i * row_bytes,
+                weight_packed.data_as<const uint8_t>() + i * weight_packed.strides()[0],
+                static_cast<size_t>(row_bytes));
+    std::memcpy(scales + i * num_blocks,
+                weight_scale.data_as<const uint8_t>() + i * weight_scale.strides()[0],
+                static_cast<size_t>(num_blocks));
+  }
+  Status scale_status = formats::check_e8m0_scales(
+      std::span<const uint8_t>(scales, static_cast<size_t>(out * num_blocks)),
+      expected_scale_shape);
+  if (!scale_status.ok()) return std::move(scale_status).with_context("MXFP4 weight_scale");
+
+  result.row_subnormal_.assign(static_cast<size_t>(out), 0);
+  int64_t num_low_blocks = 0;
+  for (int64_t i = 0; i < out; ++i)
+    for (int64_t b = 0; b < num_blocks; ++b) {
+      if (scales[i * num_blocks + b] >= 2) continue;
+      ++num_low_blocks;
+      const uint8_t* block = packed + i * row_bytes + b * 16;
+      for (int k = 0; k < 16; ++k)
+        if ((block[k] & 0x77) != 0) result.row_subnormal_[static_cast<size_t>(i)] = 1;
+    }
+  for (uint8_t flag : result.row_subnormal_) result.any_subnormal_ = result.any_subnormal_ || flag;
+  if (num_low_blocks > 0)
+    spdlog::debug("MXFP4 weight [{}, {}]: {} blocks with scale code 0 or 1", out, in,
+                  num_low_blocks);
+  result.kernels_ = cpu_features().avx512 && cpu_features().avx512_bf16 ? Kernels::kAvx512Bf16
+                                                                        : Kernels::kReference;
+  return result;
+}
+
+size_t Mxfp4Linear::workspace_bytes_per_thread() {
+  return kWorkspaceBytes;
+}
+
+int64_t Mxfp4Linear::stored_bytes() const {
+  return static_cast<int64_t>(packed_.size_bytes() + scales_.size_bytes() + row_subnormal_.size());
+}
+
+int64_t Mxfp4Linear::tile_rows() const {
+  const size_t row_bytes =
+      static_cast<size_t>(in_features_) * (any_subnormal_ ? sizeof(float) : sizeof(uint16_t));
+  int64_t rows = std::min<int64_t>(
+      {static_cast<int64_t>(kWorkspaceBytes / row_bytes), kMaxTileRows, out_features_});
+  if (rows >= 16) rows -= rows % 16;
+  return rows;
+}
+
+void Mxfp4Linear::forward(const ExecContext& ctx, const float* x, int64_t num_tokens,
+                          float* y) const {
+  detail::OmpThreads threads(ctx.num_threads);
+  if (kernels_ == Kernels::kReference)
+    linear_mxfp4_ref(packed_data(), scale_data(), out_features_, in_features_, x, num_tokens, y);
+  else if (num_tokens < kMxfp4GemmMinTokens || tile_rows() == 0)
+    forward_gemv(ctx, x, num_tokens, y);
+  else
+    forward_tiles(ctx, x, num_tokens, y);
+}
+
+void Mxfp4Linear::forward_gemv(const ExecContext& ctx, const float* x, int64_t num_tokens,
+                               float* y) const {
+  const int64_t x_elems = detail::mxfp4_gemv_x_elems(in_features_);
+  auto* x_packed = reinterpret_cast<uint16_t*>(
+      detail::ensure(detail::activation_scratch().bf16,
+                     static_cast<size_t>(num_tokens * x_elems) * sizeof(uint16_t)));
+  for (int64_t t = 0; t < num_tokens; ++t)
+    detail::mxfp4_pack_x_avx512(x + t * in_features_, in_features_, x_packed + t * x_elems);
+  // One contiguous range of rows per thread: one sequential DRAM stream each.
+  const int64_t threads = std::max(ctx.num_threads, 1);
+  const int64_t grain = std::max<int64_t>(4, (out_features_ + threads - 1) / threads);
+  parallel_for(ctx, out_features_, grain, [&](int64_t row_begin, int64_t row_end) {
+    for (int64_t t = 0; t < num_tokens; t += detail::kMxfp4GemvMaxTokens) {
+      const int64_t count = std::min(detail::kMxfp4GemvMaxTokens, num_tokens - t);
+      detail::mxfp4_gemv_rows_avx512(packed_data(), scale_data(), in_features_,
+                                     x_packed + t * x_elems, count, y + t * out_features_,
+                                     out_features_, row_begin, row_end);
+    }
+  });
+}
+
+void Mxfp4Linear::forward_tiles(const ExecContext& ctx, const float* x, int64_t num_tokens,
+                                float* y) const {
+  const int64_t num_elems = num_tokens * in_features_;
+  detail::ActivationScratch& scratch = detail::activation_scratch();
+  auto* x_bf16 = reinterpret_cast<uint16_t*>(
+      detail::ensure(scratch.bf16, static_cast<size_t>(num_elems) * sizeof(uint16_t)));
+  float* x_f32 = nullptr;
+  if (any_subnormal_)
+    x_f32 = reinterpret_cast<float*>(
+        detail::ensure(scratch.f32, static_cast<size_t>(num_elems) * sizeof(float)));
+  detail::round_activations(ctx, x, num_elems, x_bf16, x_f32);
+  const int64_t rows_per_tile = tile_rows();
+  const int64_t num_row_tiles = (out_features_ + rows_per_tile - 1) / rows_per_tile;
+  const int64_t num_token_tiles = (num_tokens + kTileTokens - 1) / kTileTokens;
+  parallel_for(ctx, num_row_tiles * num_token_tiles, 1, [&](int64_t task_begin, int64_t task_end) {
+    thread_local AlignedBuffer workspace;
+    std::byte* tile = detail::ensure(workspace, kWorkspaceBytes);
+    for (int64_t task = task_begin; task < task_end; ++task) {
+      const int64_t row_begin = (task / num_token_tiles) * rows_per_tile;
+      const int64_t rows = std::min(rows_per_tile, out_features_ - row_begin);
+      const int64_t token_begin = (task % num_token_tiles) * kTileTokens;
+      const int64_t tokens = std::min(kTileTokens, num_tokens - token_begin);
+      bool f32 = false;
+      for (int64_t i = row_begin; i < row_begin + rows; ++i)
+        f32 = f32 || row_subnormal_[static_cast<size_t>(i)] != 0;
+      detail::mxfp4_dequantize_rows_avx512(packed_data(), scale_data(), in_features_, row_begin,
+                                           row_begin + rows,
+                                           f32 ? nullptr : reinterpret_cast<uint16_t*>(tile),
+                                           f32 ? reinterpret_cast<float*>(tile) : nullptr);
+      matmuls_.run({.num_tokens = tokens,
+                    .in_features = in_features_,
+                    .cols = rows,
+                    .y_stride = out_features_,
+                    .f32 = f32,
+                    .x = f32 ? static_cast<const void*>(x_f32 + token_begin * in_features_)
+                             : static_cast<const void*>(x_bf16 + token_begin * in_features_),
+                    .weights_desc = detail::tile_weights_desc(in_features_, rows, f32),
+                    .weights = tile,
+                    .y = y + token_begin * out_features_ + row_begin});
+    }
+  });
+}
+
+void Mxfp4Linear::dequantize(float* out) const {
+  const int64_t num_elems = out_features_ * in_features_;
+  formats::dequantize_mxfp4_packed(
+      std::span<const uint8_t>(packed_data(), static_cast<size_t>(num_elems / 2)),
+      std::span<const uint8_t>(scale_data(), static_cast<size_t>(num_elems / 32)), out_features_,
+      in_features_, std::span<float>(out, static_cast<size_t>(num_elems)));
+}
+
+}  // namespace dz::kernels

@@ -1,0 +1,74 @@
+#pragma once
+// An MXFP4 linear weight (linear.h) as compressed-tensors stores it: packed E2M1 nibbles
+// [out, in/2] and E8M0 scales [out, in/32], kept packed (4.25 bits per weight). Internal to
+// kernels/; model code holds a LinearWeight.
+//
+// forward() by CPU and token count (docs/cpu_dispatch.md; kernel_paths.cpp names the paths), the
+// kernels in linear_mxfp4_avx512.cpp:
+// - Few tokens (< kMxfp4GemmMinTokens), or rows too long for one tile: the fused VDPBF16PS GEMV.
+// - More tokens: tiles dequantized into a fixed per-thread workspace (BF16, or FP32 for tiles whose
+//   rows hold scale codes 0 or 1 with nonzero elements: BF16 subnormals, which the BF16 GEMM may
+//   flush) and multiplied by oneDNN.
+// - No AVX-512 with BF16: linear_mxfp4_ref.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "dayzero/core/aligned_buffer.h"
+#include "dayzero/core/parallel.h"
+#include "dayzero/core/status.h"
+#include "dayzero/core/tensor_view.h"
+#include "dayzero/kernels/linear_onednn.h"
+
+namespace dz::kernels {
+
+class Mxfp4Linear {
+ public:
+  // weight_packed U8 [out, in/2] (element 2b of a row in the low nibble of byte b, 2b + 1 in the
+  // high one; E2M1 with the sign in bit 3), weight_scale U8 or F8_E8M0 [out, in/32]:
+  // W[i, j] = e2m1 · 2^(scale − 127). in % 32 == 0. Refuses scale code 0xFF (NaN), naming the
+  // first offending index.
+  static Result<Mxfp4Linear> create(const TensorView& weight_packed,
+                                    const TensorView& weight_scale);
+  // The per-thread tile buffer many-token forwards dequantize into (fixed, allocated once per
+  // thread on first use).
+  static size_t workspace_bytes_per_thread();
+
+  int64_t out_features() const { return out_features_; }
+  int64_t in_features() const { return in_features_; }
+  int64_t stored_bytes() const;
+
+  // y [num_tokens, out] = x [num_tokens, in] · Wᵀ, num_tokens >= 1 (linear.h).
+  void forward(const ExecContext& ctx, const float* x, int64_t num_tokens, float* y) const;
+  // W as FP32 [out, in] (exact).
+  void dequantize(float* out) const;
+
+ private:
+  // The kernels this weight runs, chosen at load from the CPU's features.
+  enum class Kernels {
+    kReference,   // no AVX-512 with BF16
+    kAvx512Bf16,  // the GEMV and the tiles of linear_mxfp4_avx512.cpp
+  };
+
+  Mxfp4Linear() = default;
+  // Output rows per tile so that one tile fits the workspace; 0 if not even one row does.
+  int64_t tile_rows() const;
+  void forward_gemv(const ExecContext& ctx, const float* x, int64_t num_tokens, float* y) const;
+  void forward_tiles(const ExecContext& ctx, const float* x, int64_t num_tokens, float* y) const;
+  const uint8_t* packed_data() const { return reinterpret_cast<const uint8_t*>(packed_.data()); }
+  const uint8_t* scale_data() const { return reinterpret_cast<const uint8_t*>(scales_.data()); }
+
+  int64_t out_features_ = 0;
+  int64_t in_features_ = 0;
+  AlignedBuffer packed_;  // [out, in/2] nibbles
+  AlignedBuffer scales_;  // [out, in/32] E8M0 codes, no 0xFF
+  // Per row: whether a block with scale code 0 or 1 has a nonzero element (its values are BF16
+  // subnormals: such rows go through FP32 tiles).
+  std::vector<uint8_t> row_subnormal_;
+  bool any_subnormal_ = false;
+  Kernels kernels_ = Kernels::kReference;
+  detail::MatmulCache matmuls_;
+};
+
+}  // namespace dz::kernels
