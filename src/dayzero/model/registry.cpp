@@ -16,7 +16,7 @@ constexpr std::array kRecipes = {
     RecipeEntry{.model_type = "kimi_k3",
                 .text_model_type = "kimi_linear",
                 .tensor_prefix = "language_model.",
-                .parse = parse_kimi_linear},
+                .parse = parse_kimi_k3},
     // dayzero's own hybrid: Kimi's KDA/FFN/AttnRes with DeepSeek-V3.2 RoPE MLA + DSA indexer
     // (docs/recipe_dayzero_hybrid.md).
     RecipeEntry{.model_type = "dayzero_hybrid", .parse = parse_dayzero_hybrid},
