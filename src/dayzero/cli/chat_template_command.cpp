@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dayzero/cli/commands.h"
+#include "dayzero/model/registry.h"
 #include "dayzero/serve/chat/chat_template.h"
 #include "dayzero/serve/chat/dsv32_encoder.h"
 #include "dayzero/serve/chat/jinja.h"
@@ -81,8 +82,7 @@ int run_batch(const ChatTemplateArgs& args) {
 }
 
 bool is_deepseek_v32(const std::string& model_dir) {
-  Result<Json> config = read_json(model_dir + "/config.json");
-  return config.ok() && config->is_object() && config->value("model_type", "") == "deepseek_v32";
+  return model::chat_encoding_of(model_dir) == model::ChatEncoding::kDeepseekV32;
 }
 
 int run_chat_template(const ChatTemplateArgs& args) {

@@ -2,8 +2,9 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "dayzero/core/check.h"
-#include "dayzero/kernels/lightning_indexer.h"
 #include "dayzero/kernels/norms.h"
 
 namespace dz::model {
@@ -14,17 +15,6 @@ void rms_norm_bf16(const ExecContext& ctx, const float* x, const std::vector<flo
                    float* y, int64_t num_rows, int64_t dim, float eps) {
   kernels::rms_norm(ctx, x, dim, weight.data(), y, dim, num_rows, dim, eps);
   kernels::round_to_bf16(y, num_rows * dim);
-}
-
-// The indexer has no scratch_bytes(): its q, k, codes, scales and head weights, the tapped score
-// and selection rows, each allocation padded to 64 bytes, plus the kernel's own workspace bound
-// (per thread one scored row of every visible key, or the AVX-512 tiles and heaps).
-size_t indexer_scratch_bytes(const ExecContext& ctx, const DsaIndexerConfig& c, int64_t max_tokens,
-                             int64_t max_range) {
-  const int64_t n_i = c.index_n_heads, d_i = c.index_head_dim, K = c.index_topk;
-  const int64_t floats = max_tokens * (n_i * d_i * 2 + d_i * 2 + n_i * 3 + 2 + 2 * K);
-  return static_cast<size_t>(floats) * 4 + 64 * 16 +
-         kernels::lightning_indexer_workspace_bound(ctx, n_i, d_i, max_range, K) + 64;
 }
 
 }  // namespace
@@ -63,7 +53,7 @@ size_t DecoderLayer::scratch_bytes(const ExecContext& ctx, int64_t max_tokens,
     bytes = std::max(bytes, mla->scratch_bytes(ctx, max_tokens, width));
   }
   if (indexer != nullptr)
-    bytes = std::max(bytes, indexer_scratch_bytes(ctx, indexer->config(), max_tokens, max_range));
+    bytes = std::max(bytes, indexer->scratch_bytes(ctx, max_tokens, max_range));
   if (moe != nullptr) bytes = std::max(bytes, moe->scratch_bytes(max_tokens));
   if (dense_mlp) bytes = std::max(bytes, gated_mlp_scratch_bytes(*dense_mlp, max_tokens));
   return bytes;
@@ -122,6 +112,80 @@ void DecoderLayer::ffn(const ExecContext& ctx, const float* normed, int64_t num_
     gated_mlp_forward(ctx, *dense_mlp, dense_activation, normed, num_tokens, out, scratch);
   kernels::round_to_bf16(out, num_tokens * hidden_size);
   tap(taps, layer_id, "ffn_out", out, {num_tokens, hidden_size});
+}
+
+std::string decoder_layer_prefix(int layer_id) {
+  return fmt::format("model.layers.{}.", layer_id);
+}
+
+void visit_decoder_layer_tensors(TensorVisitor& v, const DecoderLayerConfig& c,
+                                 DecoderLayerWeights& w) {
+  using Scope = TensorVisitor::Scope;
+  const int64_t d = c.hidden_size;
+  const LayerSpec& spec = c.spec;
+  Scope layer(v, {.prefix = decoder_layer_prefix(spec.layer_id),
+                  .component = Component::kNorms,
+                  .layer_id = spec.layer_id,
+                  .is_mtp = spec.is_mtp});
+  v.floats("input_layernorm.weight", {d}, DType::kBF16, Split::kReplicated, w.input_layernorm);
+  v.floats("post_attention_layernorm.weight", {d}, DType::kBF16, Split::kReplicated,
+           w.post_attention_layernorm);
+  if (spec.attn_res) {
+    Scope res(v, {.component = Component::kAttnRes});
+    visit_attn_res_tensors(v, "self_attention_res", d, w.attn_res);
+    visit_attn_res_tensors(v, "mlp_res", d, w.ffn_res);
+  }
+  {
+    Scope attention(v, {.prefix = "self_attn."});
+    if (spec.attention == AttentionKind::kKda) {
+      Scope kda(v, {.component = Component::kKda});
+      visit_kda_tensors(v, *c.kda, w.kda);
+    } else {
+      Scope mla(v, {.component = Component::kAttention});
+      visit_mla_tensors(v, *c.mla, w.mla);
+      if (spec.attention == AttentionKind::kMlaDsa) {
+        Scope indexer(v, {.prefix = "indexer.", .component = Component::kIndexer});
+        visit_dsa_indexer_tensors(v, *c.indexer, w.indexer);
+      }
+    }
+  }
+  if (spec.ffn == FfnKind::kDenseMlp) {
+    Scope mlp(v, {.prefix = "mlp.", .component = Component::kDenseMlp});
+    visit_gated_mlp_tensors(v, kProjNames, c.dense_intermediate_size, d, MlpSplit::kTensorParallel,
+                            w.dense_mlp);
+  } else {
+    Scope moe(v, {.prefix = c.moe_prefix});
+    visit_moe_tensors(v, *c.moe, w.moe);
+  }
+}
+
+DecoderLayer make_decoder_layer(const DecoderLayerConfig& c, DecoderLayerWeights w) {
+  const LayerSpec& spec = c.spec;
+  DecoderLayer layer;
+  layer.layer_id = spec.layer_id;
+  layer.hidden_size = c.hidden_size;
+  layer.norm_eps = c.norm_eps;
+  layer.input_layernorm = std::move(w.input_layernorm);
+  layer.post_attention_layernorm = std::move(w.post_attention_layernorm);
+  if (spec.attn_res) {
+    layer.attn_res_query = attn_res_folded_query(w.attn_res.proj, w.attn_res.norm);
+    layer.ffn_res_query = attn_res_folded_query(w.ffn_res.proj, w.ffn_res.norm);
+    layer.attn_res_write = spec.attn_res_write;
+  }
+  if (spec.attention == AttentionKind::kKda) {
+    layer.kda = std::make_unique<KdaBlock>(*c.kda, std::move(w.kda));
+  } else {
+    layer.mla = std::make_unique<MlaBlock>(*c.mla, std::move(w.mla));
+    if (spec.attention == AttentionKind::kMlaDsa)
+      layer.indexer = std::make_unique<DsaIndexer>(*c.indexer, std::move(w.indexer));
+  }
+  if (spec.ffn == FfnKind::kDenseMlp) {
+    layer.dense_mlp = std::move(w.dense_mlp);
+    layer.dense_activation = c.dense_activation;
+  } else {
+    layer.moe = std::make_unique<MoeBlock>(*c.moe, std::move(w.moe));
+  }
+  return layer;
 }
 
 }  // namespace dz::model

@@ -8,10 +8,13 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "dayzero/core/arena.h"
 #include "dayzero/core/parallel.h"
+#include "dayzero/model/blocks/attn_res.h"
 #include "dayzero/model/blocks/dsa_indexer.h"
 #include "dayzero/model/blocks/kda.h"
 #include "dayzero/model/blocks/mla.h"
@@ -20,6 +23,7 @@
 #include "dayzero/model/kv_cache.h"
 #include "dayzero/model/layer_schedule.h"
 #include "dayzero/model/taps.h"
+#include "dayzero/model/tensor_visitor.h"
 
 namespace dz::model {
 
@@ -66,5 +70,43 @@ struct DecoderLayer {
   void ffn(const ExecContext& ctx, const float* normed, int64_t num_tokens, float* out,
            Arena& scratch, TapSink* taps) const;
 };
+
+// What one decoder layer is made of: the recipe maps its config onto the blocks' configs; the
+// blocks know their tensors.
+struct DecoderLayerConfig {
+  LayerSpec spec = {};
+  int64_t hidden_size = 0;
+  float norm_eps = 1e-6f;
+  std::optional<MlaConfig> mla = {};             // kMla, kMlaDsa
+  std::optional<DsaIndexerConfig> indexer = {};  // kMlaDsa
+  std::optional<KdaConfig> kda = {};             // kKda
+  int64_t dense_intermediate_size = 0;           // kDenseMlp
+  MlpActivation dense_activation = {};
+  std::optional<MoeConfig> moe = {};     // kMoe, kLatentMoe
+  std::string_view moe_prefix = "mlp.";  // Kimi checkpoints: "block_sparse_moe."
+};
+
+// A layer's weights as read, before the blocks are built; a block the layer lacks stays empty.
+struct DecoderLayerWeights {
+  std::vector<float> input_layernorm;
+  std::vector<float> post_attention_layernorm;
+  AttnResQueryWeights attn_res;  // "self_attention_res"
+  AttnResQueryWeights ffn_res;   // "mlp_res"
+  MlaWeights mla;
+  DsaIndexerWeights indexer;
+  KdaWeights kda;
+  MlpWeights dense_mlp;
+  MoeWeights moe;
+};
+
+// "model.layers.<layer_id>.", under which every layer's tensors are published.
+std::string decoder_layer_prefix(int layer_id);
+// The layer's tensors under decoder_layer_prefix(): its two norms, AttnRes' pseudo-queries
+// "self_attention_res" and "mlp_res", the mixer under "self_attn." (the indexer under
+// "self_attn.indexer."), then the dense MLP under "mlp." or the MoE under moe_prefix.
+void visit_decoder_layer_tensors(TensorVisitor& v, const DecoderLayerConfig& c,
+                                 DecoderLayerWeights& w);
+// The layer from the weights visit_decoder_layer_tensors loaded.
+DecoderLayer make_decoder_layer(const DecoderLayerConfig& c, DecoderLayerWeights w);
 
 }  // namespace dz::model

@@ -50,6 +50,25 @@ class AttnResStack {
 
 }  // namespace
 
+void visit_model_globals(TensorVisitor& v, int64_t vocab_size, int64_t hidden_size,
+                         bool tie_word_embeddings, HybridModelParts& parts) {
+  using Scope = TensorVisitor::Scope;
+  {
+    Scope embedding(v, {.component = Component::kEmbedding});
+    v.embedding("model.embed_tokens.weight", vocab_size, hidden_size, parts.embed_tokens);
+  }
+  {
+    Scope norms(v, {.component = Component::kNorms});
+    v.floats("model.norm.weight", {hidden_size}, DType::kBF16, Split::kReplicated,
+             parts.final_norm);
+  }
+  Scope head(v, {.component = Component::kLmHead});
+  if (tie_word_embeddings)
+    v.tied_linear("model.embed_tokens", parts.lm_head);
+  else
+    v.linear("lm_head", vocab_size, hidden_size, Split::kByVocab, Quantizable::kNo, parts.lm_head);
+}
+
 HybridModel::HybridModel(HybridModelParts parts) : parts_(std::move(parts)) {
   const int64_t d = parts_.hidden_size;
   DZ_CHECK(!parts_.layers.empty(), "a model needs layers");

@@ -34,6 +34,13 @@ struct HybridModelParts {
   std::vector<float> final_attn_res_query;
 };
 
+// The tensors every model has, under the recipe's prefix: the embedding
+// "model.embed_tokens.weight" [vocab, d] and the head "lm_head" [vocab, d], both split by
+// vocabulary (the head is the embedding table itself when tied), and the final norm
+// "model.norm.weight" [d].
+void visit_model_globals(TensorVisitor& v, int64_t vocab_size, int64_t hidden_size,
+                         bool tie_word_embeddings, HybridModelParts& parts);
+
 class HybridModel : public CausalLm {
  public:
   // Checks the parts fit together (DZ_CHECK: the recipe built them from a validated checkpoint).

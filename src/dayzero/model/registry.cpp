@@ -11,12 +11,14 @@ namespace dz::model {
 namespace {
 
 constexpr std::array kRecipes = {
-    RecipeEntry{.model_type = "deepseek_v32", .parse = parse_deepseek_v32},
+    RecipeEntry{.model_type = "deepseek_v32",
+                .parse = parse_deepseek_v32,
+                .chat_encoding = ChatEncoding::kDeepseekV32},
     RecipeEntry{.model_type = "kimi_linear", .parse = parse_kimi_linear},
     RecipeEntry{.model_type = "kimi_k3",
                 .text_model_type = "kimi_linear",
                 .tensor_prefix = "language_model.",
-                .parse = parse_kimi_linear},
+                .parse = parse_kimi_k3},
     // dayzero's own hybrid: Kimi's KDA/FFN/AttnRes with DeepSeek-V3.2 RoPE MLA + DSA indexer
     // (docs/recipe_dayzero_hybrid.md).
     RecipeEntry{.model_type = "dayzero_hybrid", .parse = parse_dayzero_hybrid},
@@ -79,6 +81,16 @@ Result<std::unique_ptr<Architecture>> load_model_config(const std::string& dir) 
   DZ_ASSIGN_OR_RETURN(formats::ConfigObject root,
                       formats::ConfigObject::load(dir + "/config.json"));
   return parse_model_config(root);
+}
+
+ChatEncoding chat_encoding_of(const std::string& dir) {
+  Result<formats::ConfigObject> root = formats::ConfigObject::load(dir + "/config.json");
+  if (!root.ok()) return ChatEncoding::kTemplate;
+  Result<std::string> model_type = root->required_string("model_type");
+  if (!model_type.ok()) return ChatEncoding::kTemplate;
+  for (const auto& entry : kRecipes)
+    if (entry.model_type == *model_type) return entry.chat_encoding;
+  return ChatEncoding::kTemplate;
 }
 
 }  // namespace dz::model

@@ -14,6 +14,10 @@
 
 namespace dz::model {
 
+// How chat messages become a prompt: the checkpoint's Jinja template, or DeepSeek-V3.2's fixed
+// encoder (its release ships Python, not a template).
+enum class ChatEncoding : unsigned char { kTemplate, kDeepseekV32 };
+
 using RecipeParser = Result<std::unique_ptr<Architecture>> (*)(const RecipeInput& input);
 
 struct RecipeEntry {
@@ -22,6 +26,7 @@ struct RecipeEntry {
   std::string_view tensor_prefix = {};    // prefix of every tensor name
   RecipeParser parse = nullptr;           // nullptr: recognised but refused with `refusal`
   std::string_view refusal = {};
+  ChatEncoding chat_encoding = ChatEncoding::kTemplate;
 };
 
 std::span<const RecipeEntry> recipe_table();
@@ -34,5 +39,8 @@ Result<std::unique_ptr<Architecture>> parse_model_config_text(std::string_view t
                                                               std::string_view file_name);
 // Reads DIR/config.json.
 Result<std::unique_ptr<Architecture>> load_model_config(const std::string& dir);
+// The chat encoding of DIR's model_type; kTemplate when config.json is unreadable or the type
+// unknown (loading the model reports that).
+ChatEncoding chat_encoding_of(const std::string& dir);
 
 }  // namespace dz::model

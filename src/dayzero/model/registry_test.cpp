@@ -1,8 +1,11 @@
 #include "dayzero/model/registry.h"
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "dayzero/model/arch/config_test_util.h"
 #include "dayzero/model/inspect.h"
@@ -18,6 +21,23 @@ TEST(Registry, ListsSupportedModelTypes) {
   auto types = supported_model_types();
   EXPECT_EQ(std::vector<std::string>(types.begin(), types.end()),
             (std::vector<std::string>{"deepseek_v32", "kimi_linear", "kimi_k3", "dayzero_hybrid"}));
+}
+
+// The chat encoding is the registry's fact too: DeepSeek-V3.2 ships an encoder, not a template.
+TEST(Registry, ChoosesTheChatEncoding) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("dz_registry_chat_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto encoding_for = [&](const std::string& config_json) {
+    std::ofstream(dir / "config.json") << config_json;
+    return chat_encoding_of(dir.string());
+  };
+  EXPECT_EQ(encoding_for(R"({"model_type": "deepseek_v32"})"), ChatEncoding::kDeepseekV32);
+  EXPECT_EQ(encoding_for(R"({"model_type": "kimi_linear"})"), ChatEncoding::kTemplate);
+  EXPECT_EQ(encoding_for(R"({"model_type": "dayzero_hybrid"})"), ChatEncoding::kTemplate);
+  EXPECT_EQ(encoding_for("not json"), ChatEncoding::kTemplate);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(chat_encoding_of(dir.string()), ChatEncoding::kTemplate);  // no config.json
 }
 
 TEST(Registry, MapsModelTypesToRecipes) {

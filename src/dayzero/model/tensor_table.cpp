@@ -54,6 +54,24 @@ std::string_view component_name(Component component) {
   return "?";
 }
 
+std::string_view split_name(Split split) {
+  switch (split) {
+    case Split::kReplicated:
+      return "replicated";
+    case Split::kColumn:
+      return "column";
+    case Split::kRow:
+      return "row";
+    case Split::kByHead:
+      return "by_head";
+    case Split::kByExpert:
+      return "by_expert";
+    case Split::kByVocab:
+      return "by_vocab";
+  }
+  return "?";
+}
+
 int64_t logical_params(const TensorSpec& spec, const Shape& stored_shape) {
   switch (spec.role) {
     case TensorRole::kFp8Scale:
@@ -79,34 +97,29 @@ void TensorTable::push(TensorSpec spec) {
   specs_.push_back(std::move(spec));
 }
 
-void TensorTable::add_float(std::string name, Shape shape, DType published, const Scope& scope) {
+void TensorTable::add_float(std::string name, Shape shape, DType published, Split split,
+                            const Scope& scope) {
   push(TensorSpec{.name = std::move(name),
                   .shape = shape,
                   .dtypes = float_dtypes(published),
                   .role = TensorRole::kPlain,
                   .component = scope.component,
+                  .split = split,
                   .layer_id = scope.layer_id,
                   .is_mtp = scope.is_mtp,
-                  .is_routed_expert = scope.is_routed_expert});
-}
-
-void TensorTable::add_gated_mlp(const std::string& prefix, const GatedMlpNames& names,
-                                int64_t intermediate, int64_t hidden, WeightFormat format,
-                                const Scope& scope) {
-  add_linear(prefix + std::string(names.gate), intermediate, hidden, format, scope);
-  add_linear(prefix + std::string(names.up), intermediate, hidden, format, scope);
-  add_linear(prefix + std::string(names.down), hidden, intermediate, format, scope);
+                  .is_routed_expert = scope.component == Component::kRoutedExperts});
 }
 
 void TensorTable::add_linear(const std::string& module, int64_t out, int64_t in,
-                             WeightFormat format, const Scope& scope) {
+                             WeightFormat format, Split split, const Scope& scope) {
   TensorSpec base{.component = scope.component,
+                  .split = split,
                   .layer_id = scope.layer_id,
                   .is_mtp = scope.is_mtp,
-                  .is_routed_expert = scope.is_routed_expert};
+                  .is_routed_expert = scope.component == Component::kRoutedExperts};
   switch (format) {
     case WeightFormat::kPlain:
-      add_float(module + ".weight", {out, in}, DType::kBF16, scope);
+      add_float(module + ".weight", {out, in}, DType::kBF16, split, scope);
       return;
     case WeightFormat::kFp8Block:
     case WeightFormat::kFp8BlockOrPlain: {

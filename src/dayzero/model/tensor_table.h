@@ -43,6 +43,19 @@ enum class TensorRole : unsigned char {
   kMxfp4Scale,   // E8M0 codes, one per group of 32
 };
 
+// How a tensor splits across tensor- and expert-parallel ranks. A weight [out, in] splits by
+// column along out (each rank computes its slice of the outputs) or by row along in (each rank
+// a partial sum, all-reduced); per-head vectors follow their heads.
+enum class Split : unsigned char {
+  kReplicated,  // every rank holds all of it
+  kColumn,      // along dim 0: output features, or heads
+  kRow,         // along the last dim: input features; the output is all-reduced
+  kByHead,      // a per-head parameter whose head axis is not dim 0 (KDA's A_log)
+  kByExpert,    // routed experts: whole experts per rank
+  kByVocab,     // embedding and head rows
+};
+std::string_view split_name(Split split);  // "column", ...
+
 // How one linear layer's weight is stored.
 enum class WeightFormat : unsigned char {
   kPlain,            // `.weight`, any float dtype (published BF16)
@@ -57,7 +70,8 @@ struct TensorSpec {
   std::vector<DType> dtypes = {};  // accepted; dtypes[0] is the published one
   TensorRole role = TensorRole::kPlain;
   Component component = Component::kNorms;
-  int layer_id = -1;  // -1 for globals
+  Split split = Split::kReplicated;  // scales split as their weight
+  int layer_id = -1;                 // -1 for globals
   bool is_mtp = false;
   bool is_routed_expert = false;
   // Set on the weight_scale_inv of a kFp8BlockOrPlain linear: expected iff the weight is FP8.
@@ -69,31 +83,20 @@ int64_t logical_params(const TensorSpec& spec, const Shape& stored_shape);
 
 class TensorTable {
  public:
-  // Where the next tensors belong; recipes set it before each group of add_* calls.
+  // Where the next tensors belong (TensorVisitor::Scope sets it).
   struct Scope {
     Component component = Component::kNorms;
     int layer_id = -1;
     bool is_mtp = false;
-    bool is_routed_expert = false;
   };
 
   TensorTable(int64_t fp8_block_rows, int64_t fp8_block_cols, int64_t mxfp4_group_elems);
 
   // A float tensor stored as is; the loader accepts BF16, F16 or F32 (formats.md §3.2).
-  void add_float(std::string name, Shape shape, DType published, const Scope& scope);
+  void add_float(std::string name, Shape shape, DType published, Split split, const Scope& scope);
   // A linear layer `module` with logical weight [out, in] (`module` has no ".weight").
   void add_linear(const std::string& module, int64_t out, int64_t in, WeightFormat format,
-                  const Scope& scope);
-
-  // The three linears of a gated MLP under `prefix` ("...mlp."): gate and up [intermediate,
-  // hidden], down [hidden, intermediate], named as the checkpoint names them.
-  struct GatedMlpNames {
-    std::string_view gate, up, down;
-  };
-  static constexpr GatedMlpNames kProjNames{"gate_proj", "up_proj", "down_proj"};
-  static constexpr GatedMlpNames kW1W3W2Names{"w1", "w3", "w2"};  // w1 gate, w3 up, w2 down
-  void add_gated_mlp(const std::string& prefix, const GatedMlpNames& names, int64_t intermediate,
-                     int64_t hidden, WeightFormat format, const Scope& scope);
+                  Split split, const Scope& scope);
 
   const std::vector<TensorSpec>& specs() const { return specs_; }
   const TensorSpec* find(std::string_view name) const;

@@ -123,14 +123,6 @@ Result<kernels::LinearWeight> WeightLoader::mxfp4_linear(const std::string& modu
   return linear;
 }
 
-Result<MlpWeights> WeightLoader::gated_mlp(const std::string& prefix, MlpNames names) const {
-  MlpWeights w;
-  DZ_ASSIGN_OR_RETURN(w.gate_proj, linear(prefix + names.gate));
-  DZ_ASSIGN_OR_RETURN(w.up_proj, linear(prefix + names.up));
-  DZ_ASSIGN_OR_RETURN(w.down_proj, linear(prefix + names.down));
-  return w;
-}
-
 Result<kernels::LinearWeight> WeightLoader::linear(const std::string& module) const {
   if (checkpoint_.find(module + ".weight_packed")) return mxfp4_linear(module);
   const std::string weight_name = module + ".weight";
@@ -197,6 +189,59 @@ bool WeightLoader::same_bytes(const std::string& a, const std::string& b) const 
   auto bytes_b = tb->file->tensor_bytes(*tb->info);
   return bytes_a.size() == bytes_b.size() &&
          std::memcmp(bytes_a.data(), bytes_b.data(), bytes_a.size()) == 0;
+}
+
+template <typename T>
+void WeightReader::keep(Result<T> result, T& into) {
+  if (!result.ok()) {
+    status_ = result.status();
+    return;
+  }
+  into = std::move(*result);
+}
+
+void WeightReader::linear(std::string_view name, int64_t /*out*/, int64_t /*in*/, Split /*split*/,
+                          Quantizable /*quantizable*/, kernels::LinearWeight& weight) {
+  if (status_.ok()) keep(loader_.linear(full_name(name)), weight);
+}
+
+void WeightReader::floats(std::string_view name, const Shape& shape, DType /*published*/,
+                          Split /*split*/, std::vector<float>& values) {
+  if (status_.ok()) keep(loader_.floats(full_name(name), shape.num_elems()), values);
+}
+
+void WeightReader::embedding(std::string_view name, int64_t /*rows*/, int64_t /*dim*/,
+                             Embedding& table) {
+  if (status_.ok()) keep(loader_.embedding(full_name(name)), table);
+}
+
+void WeightReader::tied_linear(std::string_view table_module, kernels::LinearWeight& weight) {
+  if (status_.ok()) keep(loader_.linear(full_name(table_module)), weight);
+}
+
+void WeightReader::embedding_copy(std::string_view name, int64_t /*rows*/, int64_t /*dim*/,
+                                  const std::string& original, std::optional<Embedding>& copy) {
+  const std::string full = full_name(name);
+  if (!status_.ok() || loader_.same_bytes(full, original)) return;
+  Result<Embedding> table = loader_.embedding(full);
+  if (!table.ok()) {
+    status_ = table.status();
+    return;
+  }
+  copy = std::move(*table);
+}
+
+void WeightReader::linear_copy(std::string_view name, int64_t /*out*/, int64_t /*in*/,
+                               const std::string& original,
+                               std::optional<kernels::LinearWeight>& copy) {
+  const std::string full = full_name(name);
+  if (!status_.ok() || loader_.same_bytes(full + ".weight", original + ".weight")) return;
+  Result<kernels::LinearWeight> weight = loader_.linear(full);
+  if (!weight.ok()) {
+    status_ = weight.status();
+    return;
+  }
+  copy = std::move(*weight);
 }
 
 }  // namespace dz::model

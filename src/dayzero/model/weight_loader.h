@@ -15,7 +15,7 @@
 #include "dayzero/formats/checkpoint.h"
 #include "dayzero/formats/hf_config.h"
 #include "dayzero/kernels/linear.h"
-#include "dayzero/model/blocks/moe.h"
+#include "dayzero/model/tensor_visitor.h"
 
 namespace dz::model {
 
@@ -51,16 +51,6 @@ class WeightLoader {
   // `<module>.weight_scale`, under a kMxfp4CompressedTensors config, and without a global scale or
   // zero point (other schemes).
   Result<kernels::LinearWeight> linear(const std::string& module) const;
-  // A gated MLP's three linears under `prefix`: gate_proj/up_proj/down_proj or, for routed
-  // experts, w1/w3/w2 (models.md §1.1).
-  struct MlpNames {
-    const char* gate;
-    const char* up;
-    const char* down;
-  };
-  static constexpr MlpNames kProjNames{"gate_proj", "up_proj", "down_proj"};
-  static constexpr MlpNames kW1W3W2Names{"w1", "w3", "w2"};
-  Result<MlpWeights> gated_mlp(const std::string& prefix, MlpNames names = kProjNames) const;
   // Any float dtype, widened to FP32 and flattened; `num_elems` is what the caller expects.
   Result<std::vector<float>> floats(const std::string& name, int64_t num_elems) const;
   Result<Embedding> embedding(const std::string& name) const;
@@ -78,6 +68,33 @@ class WeightLoader {
   int64_t fp8_block_rows_ = 128;
   int64_t fp8_block_cols_ = 128;
   bool mxfp4_packed_ = false;  // the config is compressed-tensors MXFP4
+};
+
+// The TensorVisitor that loads: a recipe's walk over its blocks fills their weights from the
+// checkpoint. The first error is kept (naming the tensor) and the rest of the walk is skipped.
+class WeightReader final : public TensorVisitor {
+ public:
+  explicit WeightReader(const WeightLoader& loader) : loader_(loader) {}
+
+  void linear(std::string_view name, int64_t out, int64_t in, Split split, Quantizable quantizable,
+              kernels::LinearWeight& weight) override;
+  void floats(std::string_view name, const Shape& shape, DType published, Split split,
+              std::vector<float>& values) override;
+  void embedding(std::string_view name, int64_t rows, int64_t dim, Embedding& table) override;
+  void tied_linear(std::string_view table_module, kernels::LinearWeight& weight) override;
+  void embedding_copy(std::string_view name, int64_t rows, int64_t dim, const std::string& original,
+                      std::optional<Embedding>& copy) override;
+  void linear_copy(std::string_view name, int64_t out, int64_t in, const std::string& original,
+                   std::optional<kernels::LinearWeight>& copy) override;
+
+  const Status& status() const { return status_; }
+
+ private:
+  template <typename T>
+  void keep(Result<T> result, T& into);
+
+  const WeightLoader& loader_;
+  Status status_;
 };
 
 }  // namespace dz::model

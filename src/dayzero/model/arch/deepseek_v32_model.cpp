@@ -9,6 +9,7 @@
 #include "dayzero/core/check.h"
 #include "dayzero/kernels/norms.h"
 #include "dayzero/kernels/rope.h"
+#include "dayzero/model/tensor_table_builder.h"
 
 namespace dz::model {
 namespace {
@@ -31,63 +32,6 @@ void rms_norm_bf16(const ExecContext& ctx, const float* x, const std::vector<flo
                    float* y, int64_t num_rows, int64_t dim, float eps) {
   kernels::rms_norm(ctx, x, dim, weight.data(), y, dim, num_rows, dim, eps);
   kernels::round_to_bf16(y, num_rows * dim);
-}
-
-// One decoder layer (main or MTP) as blocks: MLA + indexer, then a dense MLP or the MoE.
-Result<DecoderLayer> load_layer(const DeepseekV32Config& c, const WeightLoader& loader,
-                                const std::string& prefix, int layer_id, bool is_moe) {
-  const int64_t d = c.hidden_size;
-  const std::string p = fmt::format("{}model.layers.{}.", prefix, layer_id);
-  DecoderLayer layer;
-  layer.layer_id = layer_id;
-  layer.hidden_size = d;
-  layer.norm_eps = static_cast<float>(c.rms_norm_eps);
-  DZ_ASSIGN_OR_RETURN(layer.input_layernorm, loader.floats(p + "input_layernorm.weight", d));
-  DZ_ASSIGN_OR_RETURN(layer.post_attention_layernorm,
-                      loader.floats(p + "post_attention_layernorm.weight", d));
-
-  const std::string a = p + "self_attn.";
-  MlaWeights mla;
-  DZ_ASSIGN_OR_RETURN(mla.q_a_proj, loader.linear(a + "q_a_proj"));
-  DZ_ASSIGN_OR_RETURN(mla.q_a_layernorm, loader.floats(a + "q_a_layernorm.weight", c.q_lora_rank));
-  DZ_ASSIGN_OR_RETURN(mla.q_b_proj, loader.linear(a + "q_b_proj"));
-  DZ_ASSIGN_OR_RETURN(mla.kv_a_proj_with_mqa, loader.linear(a + "kv_a_proj_with_mqa"));
-  DZ_ASSIGN_OR_RETURN(mla.kv_a_layernorm,
-                      loader.floats(a + "kv_a_layernorm.weight", c.kv_lora_rank));
-  DZ_ASSIGN_OR_RETURN(mla.kv_b_proj, loader.linear(a + "kv_b_proj"));
-  DZ_ASSIGN_OR_RETURN(mla.o_proj, loader.linear(a + "o_proj"));
-  layer.mla = std::make_unique<MlaBlock>(deepseek_v32_mla_config(c), std::move(mla));
-
-  DsaIndexerWeights index;
-  DZ_ASSIGN_OR_RETURN(index.wq_b, loader.linear(a + "indexer.wq_b"));
-  DZ_ASSIGN_OR_RETURN(index.wk, loader.linear(a + "indexer.wk"));
-  DZ_ASSIGN_OR_RETURN(index.k_norm_weight,
-                      loader.floats(a + "indexer.k_norm.weight", c.index_head_dim));
-  DZ_ASSIGN_OR_RETURN(index.k_norm_bias,
-                      loader.floats(a + "indexer.k_norm.bias", c.index_head_dim));
-  DZ_ASSIGN_OR_RETURN(index.weights_proj, loader.linear(a + "indexer.weights_proj"));
-  layer.indexer = std::make_unique<DsaIndexer>(deepseek_v32_indexer_config(c), std::move(index));
-
-  if (!is_moe) {
-    DZ_ASSIGN_OR_RETURN(layer.dense_mlp, loader.gated_mlp(p + "mlp."));
-    return layer;
-  }
-  MoeWeights moe;
-  DZ_ASSIGN_OR_RETURN(moe.gate_weight,
-                      loader.floats(p + "mlp.gate.weight", c.n_routed_experts * d));
-  DZ_ASSIGN_OR_RETURN(moe.e_score_correction_bias,
-                      loader.floats(p + "mlp.gate.e_score_correction_bias", c.n_routed_experts));
-  for (int64_t e = 0; e < c.n_routed_experts; ++e) {
-    DZ_ASSIGN_OR_RETURN(MlpWeights expert,
-                        loader.gated_mlp(fmt::format("{}mlp.experts.{}.", p, e)));
-    moe.experts.push_back(std::move(expert));
-  }
-  if (c.n_shared_experts > 0) {
-    DZ_ASSIGN_OR_RETURN(MlpWeights shared, loader.gated_mlp(p + "mlp.shared_experts."));
-    moe.shared_experts.push_back(std::move(shared));
-  }
-  layer.moe = std::make_unique<MoeBlock>(deepseek_v32_moe_config(c), std::move(moe));
-  return layer;
 }
 
 }  // namespace
@@ -140,8 +84,26 @@ MoeConfig deepseek_v32_moe_config(const DeepseekV32Config& c) {
       .renorm_epsilon = 0.0f,
       .activation = MlpActivation{},  // SwiGLU
       .latent_norm_eps = 0.0f,        // no latent MoE
+      .hidden_size = c.hidden_size,
+      .intermediate_size = c.moe_intermediate_size,
+      .num_shared_experts = c.n_shared_experts,
   };
 }
+
+namespace {
+
+DecoderLayerConfig layer_config(const DeepseekV32Config& c, const LayerSpec& spec) {
+  DecoderLayerConfig layer{.spec = spec,
+                           .hidden_size = c.hidden_size,
+                           .norm_eps = static_cast<float>(c.rms_norm_eps),
+                           .mla = deepseek_v32_mla_config(c),
+                           .indexer = deepseek_v32_indexer_config(c),
+                           .dense_intermediate_size = c.intermediate_size};
+  if (spec.ffn == FfnKind::kMoe) layer.moe = deepseek_v32_moe_config(c);
+  return layer;
+}
+
+}  // namespace
 
 struct DeepseekV32Model::Mtp {
   std::vector<float> enorm;             // [d], on the embedding of x_{t+1}
@@ -155,6 +117,64 @@ struct DeepseekV32Model::Mtp {
   DecoderLayer layer;
 };
 
+namespace {
+
+struct DeepseekV32Weights {
+  HybridModelParts parts;                   // the globals
+  std::vector<DecoderLayerWeights> layers;  // main layers, then the visited MTP layers
+  std::vector<DeepseekV32Model::Mtp> mtp;   // the MTP layers' own tensors
+};
+
+// The model's tensors: globals, the main layers, then `num_mtp_layers` MTP layers, each a decoder
+// layer plus its own tensors (eh_proj's dtype is (unverified): FP8 or plain accepted).
+void visit_deepseek_v32(TensorVisitor& v, const DeepseekV32Config& c, const std::string& prefix,
+                        int64_t num_mtp_layers, DeepseekV32Weights& w) {
+  using Scope = TensorVisitor::Scope;
+  const int64_t d = c.hidden_size;
+  Scope root(v, {.prefix = prefix});
+  visit_model_globals(v, c.vocab_size, d, c.tie_word_embeddings, w.parts);
+  const std::string main_embedding = v.full_name("model.embed_tokens.weight");
+  const std::string main_head =
+      v.full_name(c.tie_word_embeddings ? "model.embed_tokens" : "lm_head");
+  const LayerSchedule schedule = deepseek_v32_schedule(c);
+  const auto num_layers = static_cast<size_t>(c.num_hidden_layers + num_mtp_layers);
+  w.layers.resize(num_layers);
+  w.mtp.resize(static_cast<size_t>(num_mtp_layers));
+  for (size_t i = 0; i < num_layers; ++i) {
+    const LayerSpec& spec = schedule.layers[i];
+    visit_decoder_layer_tensors(v, layer_config(c, spec), w.layers[i]);
+    if (!spec.is_mtp) continue;
+    DeepseekV32Model::Mtp& mtp = w.mtp[i - static_cast<size_t>(c.num_hidden_layers)];
+    Scope layer(v, {.prefix = decoder_layer_prefix(spec.layer_id),
+                    .component = Component::kMtp,
+                    .layer_id = spec.layer_id,
+                    .is_mtp = true});
+    v.floats("enorm.weight", {d}, DType::kBF16, Split::kReplicated, mtp.enorm);
+    v.floats("hnorm.weight", {d}, DType::kBF16, Split::kReplicated, mtp.hnorm);
+    v.linear("eh_proj", d, 2 * d, Split::kReplicated, Quantizable::kYes, mtp.eh_proj);
+    v.floats("shared_head.norm.weight", {d}, DType::kBF16, Split::kReplicated,
+             mtp.shared_head_norm);
+    v.embedding_copy("embed_tokens.weight", c.vocab_size, d, main_embedding, mtp.embed_tokens);
+    v.linear_copy("shared_head.head", c.vocab_size, d, main_head, mtp.head);
+  }
+}
+
+}  // namespace
+
+TensorTable deepseek_v32_tensors(const DeepseekV32Config& c, const std::string& prefix) {
+  const formats::QuantizationConfig& q = c.quantization_config;
+  const bool fp8 = q.method == formats::QuantMethod::kFp8Block;
+  TensorTableBuilder builder(TensorTable(fp8 ? q.block_rows : 128, fp8 ? q.block_cols : 128, 32),
+                             [fp8](Component component) {
+                               if (!fp8) return WeightFormat::kPlain;
+                               return component == Component::kMtp ? WeightFormat::kFp8BlockOrPlain
+                                                                   : WeightFormat::kFp8Block;
+                             });
+  DeepseekV32Weights declared;
+  visit_deepseek_v32(builder, c, prefix, c.num_nextn_predict_layers, declared);
+  return std::move(builder).take();
+}
+
 DeepseekV32Model::DeepseekV32Model(HybridModelParts parts, DeepseekV32Config config)
     : HybridModel(std::move(parts)), config_(std::move(config)) {}
 
@@ -163,46 +183,29 @@ DeepseekV32Model::~DeepseekV32Model() = default;
 Result<std::unique_ptr<DeepseekV32Model>> DeepseekV32Model::load(
     const DeepseekV32Config& config, const std::string& prefix,
     std::unique_ptr<formats::Checkpoint> checkpoint, const ModelOptions& options) {
-  const int64_t d = config.hidden_size;
   WeightLoader loader(*checkpoint, config.quantization_config);
-  HybridModelParts parts;
+  WeightReader reader(loader);
+  DeepseekV32Weights w;
+  visit_deepseek_v32(reader, config, prefix, std::min<int64_t>(config.num_nextn_predict_layers, 1),
+                     w);
+  DZ_RETURN_IF_ERROR(reader.status());
+
+  HybridModelParts parts = std::move(w.parts);
   parts.vocab_size = config.vocab_size;
-  parts.hidden_size = d;
+  parts.hidden_size = config.hidden_size;
   parts.final_norm_eps = static_cast<float>(config.rms_norm_eps);
   parts.kv_cache_dtype = options.kv_cache_dtype.value_or(kernels::KvCacheDtype::kFp8);
-  DZ_ASSIGN_OR_RETURN(parts.embed_tokens, loader.embedding(prefix + "model.embed_tokens.weight"));
-  DZ_ASSIGN_OR_RETURN(parts.final_norm, loader.floats(prefix + "model.norm.weight", d));
-  DZ_ASSIGN_OR_RETURN(
-      parts.lm_head,
-      loader.linear(prefix + (config.tie_word_embeddings ? "model.embed_tokens" : "lm_head")));
-  std::unique_ptr<Mtp> mtp;
-  for (const LayerSpec& spec : deepseek_v32_schedule(config).layers) {
-    if (spec.is_mtp && mtp != nullptr) break;  // only the first MTP layer is run
-    DZ_ASSIGN_OR_RETURN(DecoderLayer layer, load_layer(config, loader, prefix, spec.layer_id,
-                                                       spec.ffn == FfnKind::kMoe));
-    if (!spec.is_mtp) {
-      parts.layers.push_back(std::move(layer));
-      continue;
-    }
-    mtp = std::make_unique<Mtp>();
-    const std::string p = fmt::format("{}model.layers.{}.", prefix, spec.layer_id);
-    DZ_ASSIGN_OR_RETURN(mtp->enorm, loader.floats(p + "enorm.weight", d));
-    DZ_ASSIGN_OR_RETURN(mtp->hnorm, loader.floats(p + "hnorm.weight", d));
-    DZ_ASSIGN_OR_RETURN(mtp->eh_proj, loader.linear(p + "eh_proj"));
-    DZ_ASSIGN_OR_RETURN(mtp->shared_head_norm, loader.floats(p + "shared_head.norm.weight", d));
-    if (!loader.same_bytes(p + "embed_tokens.weight", prefix + "model.embed_tokens.weight")) {
-      DZ_ASSIGN_OR_RETURN(mtp->embed_tokens, loader.embedding(p + "embed_tokens.weight"));
-    }
-    const std::string main_head =
-        prefix + (config.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
-    if (!loader.same_bytes(p + "shared_head.head.weight", main_head)) {
-      DZ_ASSIGN_OR_RETURN(mtp->head, loader.linear(p + "shared_head.head"));
-    }
-    mtp->layer = std::move(layer);
-  }
+  const LayerSchedule schedule = deepseek_v32_schedule(config);
+  for (size_t i = 0; i < static_cast<size_t>(config.num_hidden_layers); ++i)
+    parts.layers.push_back(
+        make_decoder_layer(layer_config(config, schedule.layers[i]), std::move(w.layers[i])));
   parts.checkpoint = std::move(checkpoint);
   std::unique_ptr<DeepseekV32Model> m(new DeepseekV32Model(std::move(parts), config));
-  if (mtp != nullptr) {
+  if (!w.mtp.empty()) {
+    auto mtp = std::make_unique<Mtp>(std::move(w.mtp.front()));
+    const size_t l = static_cast<size_t>(config.num_hidden_layers);
+    mtp->layer =
+        make_decoder_layer(layer_config(config, schedule.layers[l]), std::move(w.layers[l]));
     m->add_extra_layer(&mtp->layer);  // its caches follow the main layers'
     m->mtp_ = std::move(mtp);
   }

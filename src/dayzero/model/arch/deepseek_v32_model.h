@@ -27,7 +27,8 @@ MoeConfig deepseek_v32_moe_config(const DeepseekV32Config& config);
 
 class DeepseekV32Model final : public HybridModel {
  public:
-  // Loads every block from `checkpoint` (already validated against deepseek_v32_tensors).
+  // Loads every block from `checkpoint` (already validated against deepseek_v32_tensors) and the
+  // first MTP layer, the only one run.
   static Result<std::unique_ptr<DeepseekV32Model>> load(
       const DeepseekV32Config& config, const std::string& prefix,
       std::unique_ptr<formats::Checkpoint> checkpoint, const ModelOptions& options);
@@ -51,9 +52,10 @@ class DeepseekV32Model final : public HybridModel {
 
   const DeepseekV32Config& config() const { return config_; }
 
- private:
+  // The MTP layer's own tensors beside its decoder layer (defined in the .cpp).
   struct Mtp;
 
+ private:
   DeepseekV32Model(HybridModelParts parts, DeepseekV32Config config);
   void keep_final_norm(const ForwardBatch& batch, std::vector<float>& normed) override;
 

@@ -47,6 +47,42 @@ TEST(DeepseekV32, ScheduleIsThreeDenseThenMoeWithOneMtpLayer) {
                                       "61: MTP: MLA+DSA + MoE"}));
 }
 
+// How each tensor splits across ranks is declared with it (model/blocks/*): heads by column,
+// output projections and MLP down by row, experts whole, vocabulary rows, the rest replicated.
+TEST(DeepseekV32, TensorSplitsFollowTheBlocks) {
+  TensorTable t = deepseek_v32_tensors(parse_real(), "");
+  auto split_of = [&](const std::string& name) {
+    const TensorSpec* spec = t.find(name);
+    EXPECT_NE(spec, nullptr) << name;
+    return spec != nullptr ? split_name(spec->split) : std::string_view("missing");
+  };
+  const std::string a = "model.layers.3.self_attn.";
+  EXPECT_EQ(split_of(a + "q_a_proj.weight"), "replicated");
+  EXPECT_EQ(split_of(a + "q_b_proj.weight"), "column");
+  EXPECT_EQ(split_of(a + "q_b_proj.weight_scale_inv"), "column");
+  EXPECT_EQ(split_of(a + "kv_a_proj_with_mqa.weight"), "replicated");
+  EXPECT_EQ(split_of(a + "kv_b_proj.weight"), "column");
+  EXPECT_EQ(split_of(a + "o_proj.weight"), "row");
+  EXPECT_EQ(split_of(a + "o_proj.weight_scale_inv"), "row");
+  EXPECT_EQ(split_of(a + "indexer.wq_b.weight"), "replicated");
+  EXPECT_EQ(split_of("model.layers.3.mlp.gate.weight"), "replicated");
+  EXPECT_EQ(split_of("model.layers.3.mlp.experts.7.gate_proj.weight"), "by_expert");
+  EXPECT_EQ(split_of("model.layers.3.mlp.experts.7.down_proj.weight"), "by_expert");
+  EXPECT_EQ(split_of("model.layers.3.mlp.shared_experts.up_proj.weight"), "column");
+  EXPECT_EQ(split_of("model.layers.3.mlp.shared_experts.down_proj.weight"), "row");
+  EXPECT_EQ(split_of("model.layers.0.mlp.gate_proj.weight"), "column");
+  EXPECT_EQ(split_of("model.layers.0.mlp.down_proj.weight"), "row");
+  EXPECT_EQ(split_of("model.layers.0.input_layernorm.weight"), "replicated");
+  EXPECT_EQ(split_of("model.embed_tokens.weight"), "by_vocab");
+  EXPECT_EQ(split_of("lm_head.weight"), "by_vocab");
+  EXPECT_EQ(split_of("model.layers.61.shared_head.head.weight"), "by_vocab");
+  EXPECT_EQ(split_of("model.layers.61.eh_proj.weight"), "replicated");
+  const TensorSpec* expert = t.find("model.layers.3.mlp.experts.7.up_proj.weight");
+  ASSERT_NE(expert, nullptr);
+  EXPECT_TRUE(expert->is_routed_expert);
+  EXPECT_EQ(expert->component, Component::kRoutedExperts);
+}
+
 TEST(DeepseekV32, TensorTableMatchesModelsMd) {
   TensorTable t = deepseek_v32_tensors(parse_real(), "");
   auto expect = [&](const std::string& name, Shape shape, DType dtype) {

@@ -167,7 +167,7 @@ class KimiLinear final : public Architecture {
   int64_t num_experts_per_token() const override { return config_.num_experts_per_token; }
   Result<std::unique_ptr<CausalLm>> load_model(std::unique_ptr<formats::Checkpoint> checkpoint,
                                                const ModelOptions& options) const override {
-    return load_kimi_linear_model(config_, model_type_, prefix_, std::move(checkpoint), options);
+    return load_kimi_linear_model(config_, prefix_, std::move(checkpoint), options);
   }
 
  private:
@@ -267,157 +267,32 @@ LayerSchedule kimi_linear_schedule(const KimiLinearConfig& c) {
   return schedule;
 }
 
-TensorTable kimi_linear_tensors(const KimiLinearConfig& c, const std::string& prefix) {
-  const auto& q = c.quantization_config;
-  const auto& la = c.linear_attn_config;
-  bool mxfp4 = q.method == formats::QuantMethod::kMxfp4CompressedTensors;
-  TensorTable table(128, 128, mxfp4 ? q.group_size : 32);
-  // Only routed experts are quantized (models.md §7.3); everything else is a plain linear.
-  const WeightFormat plain = WeightFormat::kPlain;
-  const WeightFormat expert_format = mxfp4 ? WeightFormat::kMxfp4 : WeightFormat::kPlain;
-  const int64_t d = c.hidden_size;
-  const int64_t heads = c.num_attention_heads;
-  const int64_t kda_width = la.num_heads * la.head_dim;
-  // K3's bounded-gate KDA ships its conv, A_log, dt_bias and o_norm in F32 (models.md §7.3.3);
-  // Kimi-Linear only A_log and dt_bias. Any float dtype is accepted either way.
-  const DType kda_small = la.gate_lower_bound ? DType::kF32 : DType::kBF16;
-  using Scope = TensorTable::Scope;
+namespace {
 
-  table.add_float(prefix + "model.embed_tokens.weight", {c.vocab_size, d}, DType::kBF16,
-                  {.component = Component::kEmbedding});
-  table.add_float(prefix + "model.norm.weight", {d}, DType::kBF16,
-                  {.component = Component::kNorms});
-  if (!c.tie_word_embeddings)
-    table.add_float(prefix + "lm_head.weight", {c.vocab_size, d}, DType::kBF16,
-                    {.component = Component::kLmHead});
-  if (c.attn_res_block_size) {
-    // Prefix of the final mix is (unverified) (models.md §7.3.3).
-    Scope res{.component = Component::kAttnRes};
-    table.add_linear(prefix + "model.output_attn_res_proj", 1, d, plain, res);
-    table.add_float(prefix + "model.output_attn_res_norm.weight", {d}, DType::kBF16, res);
-  }
-
-  for (const LayerSpec& layer : kimi_linear_schedule(c).layers) {
-    const int i = layer.layer_id;
-    const std::string p = fmt::format("{}model.layers.{}.", prefix, i);
-    auto scope = [&](Component component, bool routed = false) {
-      return Scope{.component = component, .layer_id = i, .is_routed_expert = routed};
-    };
-    Scope norms = scope(Component::kNorms);
-    table.add_float(p + "input_layernorm.weight", {d}, DType::kBF16, norms);
-    table.add_float(p + "post_attention_layernorm.weight", {d}, DType::kBF16, norms);
-    if (layer.attn_res) {
-      Scope res = scope(Component::kAttnRes);
-      table.add_linear(p + "self_attention_res_proj", 1, d, plain, res);
-      table.add_float(p + "self_attention_res_norm.weight", {d}, DType::kBF16, res);
-      table.add_linear(p + "mlp_res_proj", 1, d, plain, res);
-      table.add_float(p + "mlp_res_norm.weight", {d}, DType::kBF16, res);
-    }
-
-    if (layer.attention == AttentionKind::kKda) {
-      // models.md §4, §7.2–7.3: projections, short convs, low-rank decay gate, output gate.
-      Scope kda = scope(Component::kKda);
-      for (const char* name : {"q", "k", "v"}) {
-        table.add_linear(fmt::format("{}self_attn.{}_proj", p, name), kda_width, d, plain, kda);
-        table.add_float(fmt::format("{}self_attn.{}_conv1d.weight", p, name),
-                        {kda_width, 1, la.short_conv_kernel_size}, kda_small, kda);
-      }
-      table.add_linear(p + "self_attn.f_a_proj", la.head_dim, d, plain, kda);
-      table.add_linear(p + "self_attn.f_b_proj", kda_width, la.head_dim, plain, kda);
-      table.add_linear(p + "self_attn.b_proj", la.num_heads, d, plain, kda);
-      // Bounded gate: A_log padded to head_dim, first num_heads used (unverified padding rule).
-      table.add_float(p + "self_attn.A_log",
-                      la.gate_lower_bound ? Shape{la.head_dim} : Shape{1, 1, la.num_heads, 1},
-                      DType::kF32, kda);
-      table.add_float(p + "self_attn.dt_bias", {kda_width}, DType::kF32, kda);
-      if (la.use_full_rank_gate) {
-        table.add_linear(p + "self_attn.g_proj", kda_width, d, plain, kda);
-      } else {
-        table.add_linear(p + "self_attn.g_a_proj", la.head_dim, d, plain, kda);
-        table.add_linear(p + "self_attn.g_b_proj", kda_width, la.head_dim, plain, kda);
-      }
-      table.add_float(p + "self_attn.o_norm.weight", {la.head_dim}, kda_small, kda);
-      table.add_linear(p + "self_attn.o_proj", d, kda_width, plain, kda);
-    } else {
-      // NoPE MLA (models.md §2.5), optionally with q LoRA and the per-head output gate; RoPE MLA
-      // (same tensors) plus the DSA indexer for dayzero_hybrid.
-      Scope attn = scope(Component::kAttention);
-      const int64_t qk_head = c.qk_nope_head_dim + c.qk_rope_head_dim;
-      if (c.q_lora_rank) {
-        table.add_linear(p + "self_attn.q_a_proj", *c.q_lora_rank, d, plain, attn);
-        table.add_float(p + "self_attn.q_a_layernorm.weight", {*c.q_lora_rank}, DType::kBF16, attn);
-        table.add_linear(p + "self_attn.q_b_proj", heads * qk_head, *c.q_lora_rank, plain, attn);
-      } else {
-        table.add_linear(p + "self_attn.q_proj", heads * qk_head, d, plain, attn);
-      }
-      table.add_linear(p + "self_attn.kv_a_proj_with_mqa", c.kv_lora_rank + c.qk_rope_head_dim, d,
-                       plain, attn);
-      table.add_float(p + "self_attn.kv_a_layernorm.weight", {c.kv_lora_rank}, DType::kBF16, attn);
-      table.add_linear(p + "self_attn.kv_b_proj", heads * (c.qk_nope_head_dim + c.v_head_dim),
-                       c.kv_lora_rank, plain, attn);
-      if (c.mla_use_output_gate)
-        table.add_linear(p + "self_attn.g_proj", heads * c.v_head_dim, d, plain, attn);
-      table.add_linear(p + "self_attn.o_proj", d, heads * c.v_head_dim, plain, attn);
-      if (c.rope_dsa) {  // as deepseek_v32 (models.md §3.1)
-        const RopeDsaConfig& r = *c.rope_dsa;
-        Scope indexer = scope(Component::kIndexer);
-        table.add_linear(p + "self_attn.indexer.wq_b", r.index_n_heads * r.index_head_dim,
-                         *c.q_lora_rank, plain, indexer);
-        table.add_linear(p + "self_attn.indexer.wk", r.index_head_dim, d, plain, indexer);
-        table.add_float(p + "self_attn.indexer.k_norm.weight", {r.index_head_dim}, DType::kF32,
-                        indexer);
-        table.add_float(p + "self_attn.indexer.k_norm.bias", {r.index_head_dim}, DType::kF32,
-                        indexer);
-        table.add_linear(p + "self_attn.indexer.weights_proj", r.index_n_heads, d, plain, indexer);
-      }
-    }
-
-    if (layer.ffn == FfnKind::kDenseMlp) {
-      Scope mlp = scope(Component::kDenseMlp);
-      table.add_gated_mlp(p + "mlp.", TensorTable::kProjNames, c.intermediate_size, d, plain, mlp);
-      continue;
-    }
-    const std::string moe = p + "block_sparse_moe.";
-    Scope router = scope(Component::kRouter);
-    table.add_linear(moe + "gate", c.num_experts, d, plain, router);
-    table.add_float(moe + "gate.e_score_correction_bias", {c.num_experts}, DType::kF32, router);
-    int64_t expert_width = d;
-    if (layer.ffn == FfnKind::kLatentMoe) {
-      // models.md §6.3: experts run in the latent width between a down and an up projection.
-      expert_width = *c.routed_expert_hidden_size;
-      Scope latent = scope(Component::kLatentMoe);
-      table.add_linear(moe + "routed_expert_down_proj", expert_width, d, plain, latent);
-      if (c.latent_moe_use_norm)
-        table.add_float(moe + "routed_expert_norm.weight", {expert_width}, DType::kBF16, latent);
-      table.add_linear(moe + "routed_expert_up_proj", d, expert_width, plain, latent);
-    }
-    Scope routed = scope(Component::kRoutedExperts, true);
-    for (int64_t e = 0; e < c.num_experts; ++e) {
-      table.add_gated_mlp(fmt::format("{}experts.{}.", moe, e), TensorTable::kW1W3W2Names,
-                          c.moe_intermediate_size, expert_width, expert_format, routed);
-    }
-    if (c.num_shared_experts > 0) {
-      // Several shared experts are stored fused along the intermediate axis (models.md §6.3).
-      Scope shared = scope(Component::kSharedExperts);
-      const int64_t inter = c.moe_intermediate_size * c.num_shared_experts;
-      table.add_gated_mlp(moe + "shared_experts.", TensorTable::kProjNames, inter, d, plain,
-                          shared);
-    }
-  }
-  return table;
+Result<std::unique_ptr<Architecture>> make_kimi_linear(KimiLinearConfig config,
+                                                       const RecipeInput& input) {
+  return std::unique_ptr<Architecture>(std::make_unique<KimiLinear>(
+      std::move(config), input.model_type, input.tensor_prefix, input.root.has("vision_config")));
 }
+
+}  // namespace
 
 Result<std::unique_ptr<Architecture>> parse_kimi_linear(const RecipeInput& input) {
   DZ_ASSIGN_OR_RETURN(KimiLinearConfig config, parse_kimi_linear_config(input.text));
-  return std::unique_ptr<Architecture>(std::make_unique<KimiLinear>(
-      std::move(config), input.model_type, input.tensor_prefix, input.root.has("vision_config")));
+  // Kimi-Linear's modeling file builds kv_a_layernorm with its default 1e-6 (models.md §2.5).
+  config.kv_a_layernorm_eps = 1e-6;
+  return make_kimi_linear(std::move(config), input);
+}
+
+Result<std::unique_ptr<Architecture>> parse_kimi_k3(const RecipeInput& input) {
+  DZ_ASSIGN_OR_RETURN(KimiLinearConfig config, parse_kimi_linear_config(input.text));
+  return make_kimi_linear(std::move(config), input);
 }
 
 Result<std::unique_ptr<Architecture>> parse_dayzero_hybrid(const RecipeInput& input) {
   DZ_ASSIGN_OR_RETURN(KimiLinearConfig config,
                       parse_kimi_linear_config(input.text, KimiMlaKind::kRopeDsa));
-  return std::unique_ptr<Architecture>(std::make_unique<KimiLinear>(
-      std::move(config), input.model_type, input.tensor_prefix, input.root.has("vision_config")));
+  return make_kimi_linear(std::move(config), input);
 }
 
 }  // namespace dz::model

@@ -76,6 +76,9 @@ struct KimiLinearConfig {
   KimiLinearAttnConfig linear_attn_config;
   formats::QuantizationConfig quantization_config;  // none or compressed-tensors MXFP4 experts
   std::optional<RopeDsaConfig> rope_dsa;            // set for dayzero_hybrid
+  // ε of the MLA kv_a_layernorm when it is not rms_norm_eps; set by the registry's entry point,
+  // not read from the file (parse_kimi_linear: 1e-6).
+  std::optional<double> kv_a_layernorm_eps;
 };
 
 // Which MLA the parser accepts: Kimi's NoPE MLA, or (dayzero_hybrid) RoPE MLA with the indexer,
@@ -91,11 +94,12 @@ TensorTable kimi_linear_tensors(const KimiLinearConfig& config, const std::strin
 // The runnable model (a HybridModel) from a checkpoint already checked against
 // kimi_linear_tensors. The KV cache defaults to BF16; FP8 needs kv_lora_rank % 128 == 0.
 Result<std::unique_ptr<CausalLm>> load_kimi_linear_model(
-    const KimiLinearConfig& config, const std::string& model_type, const std::string& prefix,
+    const KimiLinearConfig& config, const std::string& prefix,
     std::unique_ptr<formats::Checkpoint> checkpoint, const ModelOptions& options);
 
-// The registry's entry points: kimi_linear and kimi_k3; dayzero_hybrid.
+// The registry's entry points: kimi_linear, kimi_k3 (its text_config), dayzero_hybrid.
 Result<std::unique_ptr<Architecture>> parse_kimi_linear(const RecipeInput& input);
+Result<std::unique_ptr<Architecture>> parse_kimi_k3(const RecipeInput& input);
 Result<std::unique_ptr<Architecture>> parse_dayzero_hybrid(const RecipeInput& input);
 
 }  // namespace dz::model

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "dayzero/core/check.h"
 
@@ -65,6 +66,13 @@ void check_rows(std::span<const float* const> rows, const float* folded_query, i
 }
 
 }  // namespace
+
+void visit_attn_res_tensors(TensorVisitor& v, std::string_view name, int64_t dim,
+                            AttnResQueryWeights& w) {
+  const std::string n(name);
+  v.floats(n + "_proj.weight", {1, dim}, DType::kBF16, Split::kReplicated, w.proj);
+  v.floats(n + "_norm.weight", {dim}, DType::kBF16, Split::kReplicated, w.norm);
+}
 
 std::vector<float> attn_res_folded_query(std::span<const float> proj_weight,
                                          std::span<const float> norm_weight) {

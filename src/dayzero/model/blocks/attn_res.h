@@ -8,8 +8,18 @@
 #include <vector>
 
 #include "dayzero/core/parallel.h"
+#include "dayzero/model/tensor_visitor.h"
 
 namespace dz::model {
+
+// One pseudo-query as stored: `<name>_proj.weight` [1, d] and `<name>_norm.weight` [d],
+// replicated (the mix needs the whole row on every rank).
+struct AttnResQueryWeights {
+  std::vector<float> proj;  // [d]
+  std::vector<float> norm;  // [d]
+};
+void visit_attn_res_tensors(TensorVisitor& v, std::string_view name, int64_t dim,
+                            AttnResQueryWeights& w);
 
 // cw = norm_weight ⊙ proj_weight (both [d]; proj is the [1, d] weight's only row), computed once at
 // load: folding the RMSNorm weight into the query turns the mix into one dot product per row.

@@ -42,6 +42,16 @@ void rotate_and_quantize(const ExecContext& ctx, float* rows, int64_t num_rows, 
 
 }  // namespace
 
+void visit_dsa_indexer_tensors(TensorVisitor& v, const DsaIndexerConfig& c, DsaIndexerWeights& w) {
+  const int64_t n_i = c.index_n_heads, d_i = c.index_head_dim;
+  constexpr Split kAll = Split::kReplicated;
+  v.linear("wq_b", n_i * d_i, c.q_lora_rank, kAll, Quantizable::kYes, w.wq_b);
+  v.linear("wk", d_i, c.hidden_size, kAll, Quantizable::kYes, w.wk);
+  v.floats("k_norm.weight", {d_i}, DType::kF32, kAll, w.k_norm_weight);
+  v.floats("k_norm.bias", {d_i}, DType::kF32, kAll, w.k_norm_bias);
+  v.linear("weights_proj", n_i, c.hidden_size, kAll, Quantizable::kNo, w.weights_proj);
+}
+
 DsaIndexer::DsaIndexer(DsaIndexerConfig config, DsaIndexerWeights weights)
     : config_(std::move(config)), weights_(std::move(weights)) {
   const DsaIndexerConfig& c = config_;
@@ -156,6 +166,22 @@ void DsaIndexer::select(const ExecContext& ctx, const ForwardBatch& batch, const
     tap(taps, layer_id, "index_selection", as_float, {T, K});
     tap(taps, layer_id, "index_scores", scores, {T, K});
   }
+}
+
+// select()'s allocations in its order, each padded to the arena's 64-byte alignment: q, k, their
+// codes and scales, the head weights, the tapped scores, the kernel's workspace (bounded for the
+// widest visible range), the tapped selection.
+size_t DsaIndexer::scratch_bytes(const ExecContext& ctx, int64_t max_tokens,
+                                 int64_t max_range) const {
+  const DsaIndexerConfig& c = config_;
+  const int64_t T = max_tokens, n_i = c.index_n_heads, d_i = c.index_head_dim, K = c.index_topk;
+  const auto padded = [](int64_t bytes) { return static_cast<size_t>((bytes + 63) / 64 * 64); };
+  return padded(T * n_i * d_i * 4) + padded(T * d_i * 4) + padded(T * n_i * d_i) +
+         padded(T * n_i * 4) + padded(T * d_i) + padded(T * 4) + padded(T * n_i * 4) +
+         padded(T * K * 4) +
+         padded(static_cast<int64_t>(
+             kernels::lightning_indexer_workspace_bound(ctx, n_i, d_i, max_range, K))) +
+         padded(T * K * 4);
 }
 
 }  // namespace dz::model

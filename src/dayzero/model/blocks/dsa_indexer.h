@@ -16,6 +16,7 @@
 #include "dayzero/kernels/rope.h"
 #include "dayzero/model/forward_batch.h"
 #include "dayzero/model/taps.h"
+#include "dayzero/model/tensor_visitor.h"
 
 namespace dz::model {
 
@@ -38,6 +39,11 @@ struct DsaIndexerWeights {
   kernels::LinearWeight weights_proj;  // [n_I, d]
 };
 
+// The indexer's tensors under its prefix ("self_attn.indexer."). All replicated: a key's score
+// sums over every index head before the top-k, so splitting the heads would cost an all-reduce
+// of the scores per key. k_norm's dtype is (unverified): any float is accepted.
+void visit_dsa_indexer_tensors(TensorVisitor& v, const DsaIndexerConfig& c, DsaIndexerWeights& w);
+
 struct IndexLayerCache {
   kernels::IndexCacheLayout layout;
   std::byte* pool = nullptr;
@@ -56,6 +62,9 @@ class DsaIndexer {
   void select(const ExecContext& ctx, const ForwardBatch& batch, const float* x, const float* c_q,
               const IndexLayerCache& cache, std::span<int32_t> selection, Arena& scratch,
               TapSink* taps, int layer_id) const;
+  // What select() takes from `scratch` for a step of at most max_tokens tokens whose sequences
+  // reach at most max_range cached positions.
+  size_t scratch_bytes(const ExecContext& ctx, int64_t max_tokens, int64_t max_range) const;
 
  private:
   DsaIndexerConfig config_;

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "dayzero/core/check.h"
 #include "dayzero/formats/codecs.h"
 #include "dayzero/kernels/kda.h"
@@ -48,6 +50,37 @@ void check_linear(const kernels::LinearWeight& w, const char* name, int64_t out,
 }
 
 }  // namespace
+
+void visit_kda_tensors(TensorVisitor& v, const KdaConfig& c, KdaWeights& w) {
+  const int64_t H = c.num_heads, d = c.head_dim, hd = H * d, hidden = c.hidden_size;
+  const bool bounded = c.gate_lower_bound.has_value();
+  const DType small = bounded ? DType::kF32 : DType::kBF16;
+  constexpr auto kYes = Quantizable::kYes;
+  struct Input {  // q, k, v: a projection and its short conv
+    const char* name;
+    kernels::LinearWeight& proj;
+    std::vector<float>& conv;
+  };
+  for (const Input& in : {Input{"q", w.q_proj, w.q_conv}, Input{"k", w.k_proj, w.k_conv},
+                          Input{"v", w.v_proj, w.v_conv}}) {
+    v.linear(fmt::format("{}_proj", in.name), hd, hidden, Split::kColumn, kYes, in.proj);
+    v.floats(fmt::format("{}_conv1d.weight", in.name), {hd, 1, c.conv_width}, small, Split::kColumn,
+             in.conv);
+  }
+  v.linear("f_a_proj", d, hidden, Split::kReplicated, kYes, w.f_a_proj);
+  v.linear("f_b_proj", hd, d, Split::kColumn, kYes, w.f_b_proj);
+  v.linear("b_proj", H, hidden, Split::kColumn, kYes, w.b_proj);
+  v.floats("A_log", bounded ? Shape{d} : Shape{1, 1, H, 1}, DType::kF32, Split::kByHead, w.a_log);
+  v.floats("dt_bias", {hd}, DType::kF32, Split::kColumn, w.dt_bias);
+  if (c.full_rank_gate) {
+    v.linear("g_proj", hd, hidden, Split::kColumn, kYes, w.g_proj.emplace());
+  } else {
+    v.linear("g_a_proj", d, hidden, Split::kReplicated, kYes, w.g_a_proj.emplace());
+    v.linear("g_b_proj", hd, d, Split::kColumn, kYes, w.g_b_proj.emplace());
+  }
+  v.floats("o_norm.weight", {d}, small, Split::kReplicated, w.o_norm);
+  v.linear("o_proj", hidden, hd, Split::kRow, kYes, w.o_proj);
+}
 
 KdaBlock::KdaBlock(KdaConfig config, KdaWeights weights)
     : config_(std::move(config)), weights_(std::move(weights)) {

@@ -13,6 +13,7 @@
 #include "dayzero/kernels/linear.h"
 #include "dayzero/model/forward_batch.h"
 #include "dayzero/model/taps.h"
+#include "dayzero/model/tensor_visitor.h"
 
 namespace dz::model {
 
@@ -50,6 +51,7 @@ struct KdaConfig {
   int64_t head_dim = 0;
   int64_t conv_width = 0;                   // short_conv_kernel_size
   std::optional<float> gate_lower_bound{};  // set: bounded gate lb·σ(e^A·f) (K3); else unbounded
+  bool full_rank_gate = false;              // output gate g_proj; else g_a_proj · g_b_proj
   float o_norm_eps = 1e-5f;                 // rms_norm_eps
   int64_t chunk_size = 16;  // chunks aligned to absolute positions (models.md §4.7)
   KdaPath path = KdaPath::kAuto;
@@ -69,6 +71,12 @@ struct KdaWeights {
   std::vector<float> o_norm{};     // [d], shared by all heads
   kernels::LinearWeight o_proj{};  // [hidden, H·d]
 };
+
+// The KDA tensors under the attention prefix ("self_attn."), as published: everything per head
+// split with its heads, o_proj by row; the low-rank down-projections (rank d) and the shared
+// o_norm replicated. K3's bounded-gate KDA ships conv, A_log, dt_bias and o_norm in F32 and pads
+// A_log to d (first H used); Kimi-Linear only A_log and dt_bias. Any float dtype is accepted.
+void visit_kda_tensors(TensorVisitor& v, const KdaConfig& c, KdaWeights& w);
 
 class KdaBlock {
  public:

@@ -91,6 +91,29 @@ MlaFormFlops mla_form_flops(const MlaConfig& c, const kernels::MlaQueryKeys& key
                      static_cast<double>(pairs) * 2 * H * (d_n + d_r + d_v)};
 }
 
+void visit_mla_tensors(TensorVisitor& v, const MlaConfig& c, MlaWeights& w) {
+  const int64_t d = c.hidden_size, H = c.num_heads;
+  const int64_t qk_head = c.qk_nope_head_dim + c.qk_rope_head_dim;
+  constexpr auto kYes = Quantizable::kYes;
+  if (c.q_lora_rank > 0) {
+    v.linear("q_a_proj", c.q_lora_rank, d, Split::kReplicated, kYes, w.q_a_proj.emplace());
+    v.floats("q_a_layernorm.weight", {c.q_lora_rank}, DType::kBF16, Split::kReplicated,
+             w.q_a_layernorm);
+    v.linear("q_b_proj", H * qk_head, c.q_lora_rank, Split::kColumn, kYes, w.q_b_proj);
+  } else {
+    v.linear("q_proj", H * qk_head, d, Split::kColumn, kYes, w.q_b_proj);
+  }
+  v.linear("kv_a_proj_with_mqa", c.kv_lora_rank + c.qk_rope_head_dim, d, Split::kReplicated, kYes,
+           w.kv_a_proj_with_mqa);
+  v.floats("kv_a_layernorm.weight", {c.kv_lora_rank}, DType::kBF16, Split::kReplicated,
+           w.kv_a_layernorm);
+  v.linear("kv_b_proj", H * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank, Split::kColumn,
+           kYes, w.kv_b_proj);
+  if (c.output_gate)
+    v.linear("g_proj", H * c.v_head_dim, d, Split::kColumn, kYes, w.g_proj.emplace());
+  v.linear("o_proj", d, H * c.v_head_dim, Split::kRow, kYes, w.o_proj);
+}
+
 MlaBlock::MlaBlock(MlaConfig config, MlaWeights weights)
     : config_(std::move(config)), weights_(std::move(weights)) {
   const MlaConfig& c = config_;

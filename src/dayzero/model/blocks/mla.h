@@ -17,6 +17,7 @@
 #include "dayzero/kernels/rope.h"
 #include "dayzero/model/forward_batch.h"
 #include "dayzero/model/taps.h"
+#include "dayzero/model/tensor_visitor.h"
 
 namespace dz::model {
 
@@ -45,6 +46,10 @@ struct MlaWeights {
   kernels::LinearWeight o_proj;                   // [d, H·d_v]
   std::optional<kernels::LinearWeight> g_proj;    // [H·d_v, d] (output gate)
 };
+
+// The MLA tensors under the attention prefix ("self_attn."), as published: heads split by
+// column (q_b, kv_b, g), o_proj by row; the LoRA down-projections and their norms replicated.
+void visit_mla_tensors(TensorVisitor& v, const MlaConfig& c, MlaWeights& w);
 
 // Per-token selections from the indexer: [num_tokens, width] positions (0-based in the sequence),
 // −1 padded. Empty (width 0) means dense causal attention.

@@ -5,6 +5,9 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <string_view>
+
+#include <fmt/format.h>
 
 #include "dayzero/core/check.h"
 #include "dayzero/formats/codecs.h"
@@ -253,6 +256,51 @@ void route_grouped_sigmoid(const ExecContext& ctx, const MoeConfig& config,
   const float* bias =
       weights.e_score_correction_bias.empty() ? nullptr : weights.e_score_correction_bias.data();
   route_from_logits(ctx, config, bias, logits.data(), num_tokens, result);
+}
+
+void visit_gated_mlp_tensors(TensorVisitor& v, const GatedMlpNames& names, int64_t intermediate,
+                             int64_t hidden, MlpSplit split, MlpWeights& w) {
+  const bool by_expert = split == MlpSplit::kByExpert;
+  const Split in_split = by_expert ? Split::kByExpert : Split::kColumn;
+  const Split out_split = by_expert ? Split::kByExpert : Split::kRow;
+  constexpr auto kYes = Quantizable::kYes;
+  v.linear(names.gate, intermediate, hidden, in_split, kYes, w.gate_proj);
+  v.linear(names.up, intermediate, hidden, in_split, kYes, w.up_proj);
+  v.linear(names.down, hidden, intermediate, out_split, kYes, w.down_proj);
+}
+
+void visit_moe_tensors(TensorVisitor& v, const MoeConfig& c, MoeWeights& w) {
+  using Scope = TensorVisitor::Scope;
+  const int64_t E = c.num_experts, d = c.hidden_size;
+  {
+    Scope router(v, {.component = Component::kRouter});
+    v.floats("gate.weight", {E, d}, DType::kBF16, Split::kReplicated, w.gate_weight);
+    v.floats("gate.e_score_correction_bias", {E}, DType::kF32, Split::kReplicated,
+             w.e_score_correction_bias);
+  }
+  int64_t expert_width = d;
+  if (c.latent_size > 0) {
+    Scope latent(v, {.component = Component::kLatentMoe});
+    const int64_t r = expert_width = c.latent_size;
+    v.linear("routed_expert_down_proj", r, d, Split::kReplicated, Quantizable::kYes,
+             w.latent_down_proj.emplace());
+    if (c.latent_norm)
+      v.floats("routed_expert_norm.weight", {r}, DType::kBF16, Split::kReplicated, w.latent_norm);
+    v.linear("routed_expert_up_proj", d, r, Split::kReplicated, Quantizable::kYes,
+             w.latent_up_proj.emplace());
+  }
+  w.experts.resize(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) {
+    Scope expert(v,
+                 {.prefix = fmt::format("experts.{}.", e), .component = Component::kRoutedExperts});
+    visit_gated_mlp_tensors(v, c.expert_names, c.intermediate_size, expert_width,
+                            MlpSplit::kByExpert, w.experts[static_cast<size_t>(e)]);
+  }
+  if (c.num_shared_experts > 0) {
+    Scope shared(v, {.prefix = "shared_experts.", .component = Component::kSharedExperts});
+    visit_gated_mlp_tensors(v, kProjNames, c.intermediate_size * c.num_shared_experts, d,
+                            MlpSplit::kTensorParallel, w.shared_experts.emplace_back());
+  }
 }
 
 MoeBlock::MoeBlock(MoeConfig config, MoeWeights weights)

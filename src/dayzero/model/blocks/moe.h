@@ -13,6 +13,7 @@
 #include "dayzero/core/parallel.h"
 #include "dayzero/kernels/linear.h"
 #include "dayzero/model/taps.h"
+#include "dayzero/model/tensor_visitor.h"
 
 namespace dz::model {
 
@@ -21,6 +22,20 @@ struct MlpWeights {
   kernels::LinearWeight up_proj;    // [inter, d]  (w3)
   kernels::LinearWeight down_proj;  // [d, inter]  (w2)
 };
+
+// How a checkpoint names a gated MLP's three linears.
+struct GatedMlpNames {
+  std::string_view gate, up, down;
+};
+inline constexpr GatedMlpNames kProjNames{"gate_proj", "up_proj", "down_proj"};
+inline constexpr GatedMlpNames kW1W3W2Names{"w1", "w3", "w2"};  // w1 gate, w3 up, w2 down
+
+// A gated MLP's linears under the current prefix: gate and up [intermediate, hidden], down
+// [hidden, intermediate]. Tensor-parallel (dense MLP, shared experts): gate and up by column, down
+// by row; a routed expert is held whole by one rank (by expert).
+enum class MlpSplit : unsigned char { kTensorParallel, kByExpert };
+void visit_gated_mlp_tensors(TensorVisitor& v, const GatedMlpNames& names, int64_t intermediate,
+                             int64_t hidden, MlpSplit split, MlpWeights& w);
 
 // The elementwise activation of a gated MLP, act(g, u) with g = gate(x), u = up(x):
 //   kSilu: silu(g)·u;
@@ -53,6 +68,13 @@ struct MoeConfig {
   float renorm_epsilon = 0.0f;    // Kimi adds 1e-20 to the denominator
   MlpActivation activation;       // of routed and shared experts
   float latent_norm_eps = 1e-5f;  // latent MoE: ε of the RMSNorm of the routed sum
+  // The stored shapes and names (visit_moe_tensors).
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;   // of one routed expert (moe_intermediate_size)
+  int64_t num_shared_experts = 0;  // stored fused along the intermediate axis when several
+  int64_t latent_size = 0;         // latent MoE: the experts' width r; 0 without
+  bool latent_norm = false;        // latent MoE: RMSNorm of the routed sum
+  GatedMlpNames expert_names = kProjNames;
 };
 
 struct MoeWeights {
@@ -66,6 +88,11 @@ struct MoeWeights {
   std::optional<kernels::LinearWeight> latent_up_proj;    // [d, r]
   std::vector<float> latent_norm;                         // [r]; empty: no norm
 };
+
+// The MoE's tensors under its prefix ("mlp." or "block_sparse_moe."): the router "gate" and its
+// correction bias (replicated), the latent projections (replicated), routed experts
+// "experts.<e>." by expert, the shared experts "shared_experts." tensor-parallel.
+void visit_moe_tensors(TensorVisitor& v, const MoeConfig& c, MoeWeights& w);
 
 // Routing decisions for inspection and operator tests.
 struct RoutingResult {

@@ -1,13 +1,12 @@
 #include "dayzero/serve/http/serving_model.h"
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "dayzero/core/logging.h"
+#include "dayzero/model/registry.h"
 #include "dayzero/serve/chat/dsv32_encoder.h"
 
 namespace dz::serve::http {
@@ -16,15 +15,6 @@ namespace {
 using openai::ApiError;
 
 constexpr int64_t kDefaultCompletionMaxTokens = 16;  // OpenAI's default for /v1/completions
-
-// config.json's model_type ("" when unreadable: the model loader reports that).
-std::string model_type(const std::string& model_dir) {
-  std::ifstream file(std::filesystem::path(model_dir) / "config.json");
-  const nlohmann::json config = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
-  if (!config.is_object()) return {};
-  const auto it = config.find("model_type");
-  return it != config.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
 
 nlohmann::ordered_json to_ordered(const nlohmann::json& value) {
   return nlohmann::ordered_json::parse(
@@ -37,7 +27,7 @@ Result<std::unique_ptr<ServingModel>> load_serving_model(const ServerConfig& con
   auto m = std::make_unique<ServingModel>();
   DZ_ASSIGN_OR_RETURN(m->tokenizer, load_tokenizer(config.model_dir));
   DZ_ASSIGN_OR_RETURN(m->defaults, runtime::load_generation_defaults(config.model_dir));
-  if (model_type(config.model_dir) == "deepseek_v32") {
+  if (model::chat_encoding_of(config.model_dir) == model::ChatEncoding::kDeepseekV32) {
     m->dsv32_encoder = true;
   } else {
     Result<chat::ChatTemplate> tmpl = chat::ChatTemplate::load(config.model_dir);
