@@ -46,7 +46,7 @@ struct GenerationRequest {
   int64_t max_tokens = 16;     // ≥ 1; prompt + max_tokens ≤ max_model_len
   int32_t priority = 0;        // lower runs first; FCFS among equals
   std::string cache_salt;      // isolates prefix-cache entries between tenants
-  uint32_t choice_index = 0;   // the sampler's choice stream (n > 1 fans out into requests)
+  uint32_t choice_index = 0;   // the sampler's choice stream (EngineCore::add_choices sets it)
   bool return_logits = false;  // tests and verification: the FP32 logits row of every sampled token
 };
 
