@@ -72,6 +72,7 @@ CachedPrefix CacheCoordinator::get_computed_blocks(SequenceCache& seq,
   }
   for (const int32_t block : prefix.blocks)
     if (blocks_.ref_count(block) == 0) ++prefix.num_free_blocks;
+  prefix.num_tokens = static_cast<int64_t>(prefix.blocks.size()) * block_size();
   return prefix;
 }
 
@@ -91,8 +92,8 @@ int64_t CacheCoordinator::clip_to_checkpoint(int64_t num_prompt_tokens, int64_t 
 
 bool CacheCoordinator::can_allocate(const CachedPrefix& prefix, int64_t num_new_tokens,
                                     bool use_reserve) const {
-  const auto hit = static_cast<int64_t>(prefix.blocks.size());
-  const int64_t fresh = blocks_for(hit * block_size() + num_new_tokens) - hit;
+  const int64_t fresh =
+      blocks_for(prefix.num_tokens + num_new_tokens) - static_cast<int64_t>(prefix.blocks.size());
   return fresh + prefix.num_free_blocks <= blocks_.num_allocatable(use_reserve);
 }
 
@@ -107,7 +108,7 @@ void CacheCoordinator::allocate_prefix(SequenceCache& seq, const CachedPrefix& p
   seq.block_table = prefix.blocks;
   const auto hit = static_cast<int64_t>(prefix.blocks.size());
   const Status grown = blocks_.append_blocks(
-      seq.block_table, blocks_for(hit * block_size() + num_new_tokens) - hit, use_reserve);
+      seq.block_table, blocks_for(prefix.num_tokens + num_new_tokens) - hit, use_reserve);
   DZ_CHECK(grown.ok(), "allocate_prefix: {}", grown.message());
   seq.num_registered_blocks = hit;
   if (states_) {

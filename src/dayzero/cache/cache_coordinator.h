@@ -40,6 +40,7 @@ struct SequenceTokens {
 // the pool changes, so it must be allocated in the same scheduling pass or dropped.
 struct CachedPrefix {
   std::vector<int32_t> blocks;          // first block first
+  int64_t num_tokens = 0;               // the tokens they hold: blocks × block size
   int64_t num_free_blocks = 0;          // of those, held by no one: taking them uses free blocks
   std::optional<BlockHash> checkpoint;  // hybrid models: the state to restore into the live slot
 };
@@ -70,7 +71,6 @@ class CacheCoordinator {
   int64_t block_size() const { return blocks_.block_size(); }
   // A hybrid model without checkpoint slots cannot hit safely: a KV hit without the state.
   bool prefix_caching() const { return prefix_caching_; }
-  bool recurrent() const { return states_.has_value(); }
 
   // The longest cached prefix of the sequence, in whole blocks, leaving at least one token to
   // run for logits; for a hybrid model cut to the deepest block with a state checkpoint. Extends
@@ -84,8 +84,9 @@ class CacheCoordinator {
   // the prompt); INT64_MAX when the model has no recurrent state or prefix caching is off.
   int64_t next_checkpoint(int64_t num_prompt_tokens, int64_t from) const;
 
-  // Blocks a new sequence needs for its prefix plus num_new_tokens after it, taking the reserve
-  // only when use_reserve; kept by the caller to decide before allocating.
+  // Whether allocate_prefix would succeed: the fresh blocks for num_new_tokens after the prefix
+  // plus the prefix's free blocks fit in what the pool may give (the reserve only when
+  // use_reserve). The scheduler asks before it takes the request off the queue.
   bool can_allocate(const CachedPrefix& prefix, int64_t num_new_tokens, bool use_reserve) const;
   // Admits an empty sequence: references on the prefix blocks, fresh blocks for num_new_tokens
   // after it, a live state slot restored from the prefix's checkpoint. Aborts when can_allocate

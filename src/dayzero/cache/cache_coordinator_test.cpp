@@ -53,8 +53,7 @@ struct Fixture {
   // Admits seq with whatever prefix hits and runs it through all of tokens in one step.
   void admit_and_compute(SequenceCache& seq, const SequenceTokens& tokens) {
     const CachedPrefix prefix = cache.get_computed_blocks(seq, tokens);
-    const auto hit = static_cast<int64_t>(prefix.blocks.size()) * kBlock;
-    const auto n = static_cast<int64_t>(tokens.tokens.size()) - hit;
+    const auto n = static_cast<int64_t>(tokens.tokens.size()) - prefix.num_tokens;
     ASSERT_TRUE(cache.can_allocate(prefix, n, false));
     cache.allocate_prefix(seq, prefix, n, false);
     cache.cache_full_blocks(seq, tokens, static_cast<int64_t>(tokens.tokens.size()));
@@ -92,6 +91,7 @@ TEST(CacheCoordinator, LongestCachedPrefixLeavesOneTokenToRun) {
   SequenceCache b;
   CachedPrefix hit = f.cache.get_computed_blocks(b, view(tokens, 12));
   EXPECT_EQ(hit.blocks, std::vector<int32_t>(a.block_table.begin(), a.block_table.begin() + 2));
+  EXPECT_EQ(hit.num_tokens, 8);
   EXPECT_EQ(hit.num_free_blocks, 0);  // a still holds them
   EXPECT_FALSE(hit.checkpoint.has_value());
   f.cache.free(a);

@@ -1,8 +1,8 @@
 #pragma once
-// The engine without threads (serving.md §2): owns the KV cache, the block pool, the state pool
-// and the scheduler; step() schedules one ForwardBatch mixing decode tokens and prefill chunks of
-// many requests, runs it through the model, samples, and returns every request's new output.
-// Single-threaded: Engine (engine.h) wraps it for concurrent callers.
+// The engine without threads (serving.md §2): owns the KV cache, the cache coordinator (block and
+// state pools) and the scheduler; step() schedules one ForwardBatch mixing decode tokens and
+// prefill chunks of many requests, runs it through the model, samples, and returns every request's
+// new output. Single-threaded: Engine (engine.h) wraps it for concurrent callers.
 
 #include <cstdint>
 #include <memory>

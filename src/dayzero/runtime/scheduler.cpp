@@ -134,7 +134,6 @@ int64_t Scheduler::clip_chunk(const Request& r, int64_t from, int64_t n) const {
 
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
-  const int64_t block_size = cache_.block_size();
   int64_t budget = config_.max_num_batched_tokens;
 
   int64_t long_in_flight = 0;
@@ -179,7 +178,7 @@ SchedulerOutput Scheduler::schedule() {
            static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
       Request* r = waiting_.front();
       const cache::CachedPrefix prefix = cache_.get_computed_blocks(r->cache, r->cache_tokens());
-      const int64_t hit = static_cast<int64_t>(prefix.blocks.size()) * block_size;
+      const int64_t hit = prefix.num_tokens;
       const bool is_long = r->num_tokens() - hit > config_.long_prefill_threshold;
       if (is_long && long_in_flight >= config_.max_long_partial_prefills) {
         skipped.push_back(pop_waiting());  // short prompts pass it

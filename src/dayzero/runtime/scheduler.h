@@ -45,7 +45,7 @@ struct SchedulerOutput {
 struct SchedulerCounters {
   int64_t prefix_query_tokens = 0;  // tokens of admitted requests looked up
   int64_t prefix_hit_tokens = 0;    // of those, served by the prefix cache
-  int64_t prompt_tokens = 0;        // prompt tokens of first admissions
+  int64_t prompt_tokens = 0;        // prompt tokens of first admissions and of forks
   int64_t num_preemptions = 0;
 };
 
