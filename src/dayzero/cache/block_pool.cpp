@@ -130,21 +130,6 @@ void BlockPool::fork(std::span<const int32_t> table) {
   }
 }
 
-Result<std::optional<CowCopy>> BlockPool::copy_on_write(std::vector<int32_t>& table, int64_t index,
-                                                        bool for_running_decode) {
-  DZ_CHECK(index >= 0 && index < static_cast<int64_t>(table.size()),
-           "copy-on-write of entry {} of a table of {}", index, table.size());
-  const int32_t old_block = table[static_cast<size_t>(index)];
-  check_block_id(old_block);
-  DZ_CHECK(blocks_[old_block].ref_cnt > 0, "copy-on-write of free block {}", old_block);
-  if (blocks_[old_block].ref_cnt == 1) return std::optional<CowCopy>();
-  DZ_ASSIGN_OR_RETURN(std::vector<int32_t> fresh, allocate(1, for_running_decode));
-  // Still held by another table, so this never reaches 0.
-  --blocks_[old_block].ref_cnt;
-  table[static_cast<size_t>(index)] = fresh[0];
-  return std::optional<CowCopy>(CowCopy{.from_block = old_block, .to_block = fresh[0]});
-}
-
 bool BlockPool::register_full_block(std::span<const int32_t> table, int64_t index,
                                     const BlockHash& hash, std::span<const int32_t> token_ids) {
   DZ_CHECK(index >= 0 && index < static_cast<int64_t>(table.size()),
@@ -184,14 +169,8 @@ std::vector<int32_t> BlockPool::match_prefix(std::span<const BlockHash> hashes,
   return hits;
 }
 
-std::vector<int32_t> BlockPool::lookup(std::span<const BlockHash> hashes,
-                                       std::span<const int32_t> tokens) {
-  std::vector<int32_t> hits = match_prefix(hashes, tokens);
-  for (const int32_t block : hits) take_reference(block);
-  prefix_query_blocks_ += static_cast<int64_t>(
-      std::min(hashes.size(), tokens.size() / static_cast<size_t>(block_size_)));
-  prefix_hit_blocks_ += static_cast<int64_t>(hits.size());
-  return hits;
+void BlockPool::touch(std::span<const int32_t> blocks) {
+  for (const int32_t block : blocks) take_reference(block);
 }
 
 int64_t BlockPool::evict_free_cached() {
@@ -226,12 +205,6 @@ BlockPoolMetrics BlockPool::metrics() const {
   m.cached = num_cached_free_;
   m.allocatable = num_allocatable(false);
   m.reserve = reserve_blocks_;
-  m.prefix_query_blocks = prefix_query_blocks_;
-  m.prefix_hit_blocks = prefix_hit_blocks_;
-  // Any free block serves any request, so the largest request can take all of free − R.
-  const int64_t open = num_free_ - reserve_blocks_;
-  m.external_fragmentation =
-      open <= 0 ? 0.0 : 1.0 - static_cast<double>(m.allocatable) / static_cast<double>(open);
   return m;
 }
 

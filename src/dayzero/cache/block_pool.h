@@ -1,11 +1,11 @@
 #pragma once
 // The block pool of the paged cache (serving.md §1.1–1.5): num_blocks blocks of block_size tokens,
 // block 0 the null block that pads tables and is never handed out. Reference counts (one per block
-// table holding a block), an intrusive doubly linked free list in LRU order whose free blocks may
-// still carry a prefix hash (the eviction candidates), copy-on-write of shared blocks, a hash
+// table holding a block: prefix hits and forks share blocks), an intrusive doubly linked free list
+// in LRU order whose free blocks may still carry a prefix hash (the eviction candidates), a hash
 // index of full blocks, and an emergency reserve only running decodes may take. One block id
 // reserves a block in every paged layer cache at once (§1.2); this class only does the
-// bookkeeping, model::KvCache holds the bytes. Not thread-safe: the scheduler owns it.
+// bookkeeping, model::KvCache holds the bytes. Not thread-safe: the cache coordinator owns it.
 
 #include <cstdint>
 #include <functional>
@@ -20,33 +20,17 @@
 namespace dz::cache {
 
 struct BlockPoolMetrics {
-  int64_t num_blocks = 0;           // pool size, null block included
-  int64_t used = 0;                 // ref_cnt > 0
-  int64_t free = 0;                 // ref_cnt == 0 (null block excluded), cached or not
-  int64_t cached = 0;               // free blocks that still carry a hash
-  int64_t allocatable = 0;          // what an admission may take now: max(free - reserve, 0)
-  int64_t reserve = 0;              // R, only for running decodes
-  int64_t prefix_query_blocks = 0;  // full blocks looked up
-  int64_t prefix_hit_blocks = 0;    // of those, found
-  // 1 − allocatable_for_largest_request / (free − R): 0 by construction for equal blocks.
-  double external_fragmentation = 0.0;
-
-  double prefix_hit_rate() const {
-    return prefix_query_blocks == 0
-               ? 0.0
-               : static_cast<double>(prefix_hit_blocks) / static_cast<double>(prefix_query_blocks);
-  }
+  int64_t num_blocks = 0;   // pool size, null block included
+  int64_t used = 0;         // ref_cnt > 0
+  int64_t free = 0;         // ref_cnt == 0 (null block excluded), cached or not
+  int64_t cached = 0;       // free blocks that still carry a hash
+  int64_t allocatable = 0;  // what an admission may take now: max(free - reserve, 0)
+  int64_t reserve = 0;      // R, only for running decodes
 };
 
 // 1 − tokens_held / (blocks_held · block_size): the unused tails of last blocks; 0 when nothing is
 // held.
 double internal_fragmentation(int64_t tokens_held, int64_t blocks_held, int64_t block_size);
-
-// The rows of from_block must be copied into to_block (model::KvCache::copy_block_rows).
-struct CowCopy {
-  int32_t from_block = 0;
-  int32_t to_block = 0;
-};
 
 class BlockPool {
  public:
@@ -78,14 +62,8 @@ class BlockPool {
   // Decrements every block of table; those reaching 0 go to the free-list tail in reverse table
   // order, so the shared head of a prompt is evicted last. Aborts on a block already at 0.
   void free(std::span<const int32_t> table);
-  // Increments every block of table: a child now holds a copy of it.
+  // Increments every block of table, each held already: a forked sequence shares them.
   void fork(std::span<const int32_t> table);
-
-  // Before writing into table[index]: when the block is shared (ref_cnt > 1), allocates a fresh
-  // block, decrements the old one, swaps the new id into table and returns the copy to make. A
-  // block held once is written in place (nullopt). Fails like allocate.
-  Result<std::optional<CowCopy>> copy_on_write(std::vector<int32_t>& table, int64_t index,
-                                               bool for_running_decode = true);
 
   // Indexes full block table[index] under hash with its block_size token ids, once the step that
   // filled it has completed. Returns false, changing nothing, when another block already holds
@@ -99,9 +77,9 @@ class BlockPool {
   // collision) is a miss. No side effects.
   std::vector<int32_t> match_prefix(std::span<const BlockHash> hashes,
                                     std::span<const int32_t> tokens) const;
-  // match_prefix, then takes a reference on every hit (a free cached block is touched: unlinked,
-  // ref_cnt 0 → 1) and counts the query in the metrics. The caller owns the returned blocks.
-  std::vector<int32_t> lookup(std::span<const BlockHash> hashes, std::span<const int32_t> tokens);
+  // Takes a reference on each of blocks, hits of match_prefix (a free cached block leaves the
+  // free list, ref_cnt 0 → 1). The caller owns them then.
+  void touch(std::span<const int32_t> blocks);
 
   // Drops the hashes of every free cached block (a prefix-cache reset); returns how many.
   int64_t evict_free_cached();
@@ -142,8 +120,6 @@ class BlockPool {
   int64_t reserve_blocks_;
   int64_t num_free_ = 0;
   int64_t num_cached_free_ = 0;
-  int64_t prefix_query_blocks_ = 0;
-  int64_t prefix_hit_blocks_ = 0;
   std::unordered_map<BlockHash, int32_t, BlockHashHasher> index_;
   std::function<void(const BlockHash&)> eviction_listener_;
 };

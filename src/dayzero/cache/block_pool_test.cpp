@@ -25,6 +25,14 @@ std::vector<int32_t> take(BlockPool& pool, int64_t n, bool decode = false) {
   return blocks.ok() ? *blocks : std::vector<int32_t>{};
 }
 
+// A prefix hit taken: the matched blocks, each with one more reference.
+std::vector<int32_t> lookup(BlockPool& pool, std::span<const BlockHash> hashes,
+                            std::span<const int32_t> tokens) {
+  std::vector<int32_t> hit = pool.match_prefix(hashes, tokens);
+  pool.touch(hit);
+  return hit;
+}
+
 void expect_ok(const BlockPool& pool, const Tables& tables) {
   const Status status = pool.check_invariants(tables);
   EXPECT_TRUE(status.ok()) << status.to_string();
@@ -120,34 +128,6 @@ TEST(BlockPool, ForkSharesAndFreeReleasesOnLastOwner) {
   expect_ok(pool, {});
 }
 
-TEST(BlockPool, CopyOnWriteSwapsASharedBlockOnly) {
-  BlockPool pool = make_pool(5, 4);
-  std::vector<int32_t> parent = take(pool, 2);  // 1 2
-  std::vector<int32_t> child = parent;
-  pool.fork(child);
-  Result<std::optional<CowCopy>> copy = pool.copy_on_write(child, 1);
-  ASSERT_TRUE(copy.ok());
-  ASSERT_TRUE(copy->has_value());
-  EXPECT_EQ((*copy)->from_block, 2);
-  EXPECT_EQ((*copy)->to_block, 3);
-  EXPECT_EQ(child, std::vector<int32_t>({1, 3}));
-  EXPECT_EQ(pool.ref_count(2), 1);
-  EXPECT_EQ(pool.ref_count(3), 1);
-  expect_ok(pool, {parent, child});
-  // Now held once: written in place.
-  copy = pool.copy_on_write(parent, 1);
-  ASSERT_TRUE(copy.ok());
-  EXPECT_FALSE(copy->has_value());
-  // Out of blocks: fails, table and counts unchanged.
-  take(pool, 1, true);  // block 4
-  pool.fork(std::vector<int32_t>{1});
-  std::vector<int32_t> other = {1};
-  Result<std::optional<CowCopy>> failed = pool.copy_on_write(other, 0);
-  EXPECT_EQ(failed.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_EQ(other, std::vector<int32_t>({1}));
-  expect_ok(pool, {parent, child, {4}, other});
-}
-
 TEST(BlockPool, RegisterAndLookupReuseFullBlocksAndTouchFreeOnes) {
   BlockPool pool = make_pool(8, 4);
   const std::vector<int32_t> tokens = iota_tokens(100, 10);  // 2 full blocks + 2
@@ -161,7 +141,7 @@ TEST(BlockPool, RegisterAndLookupReuseFullBlocksAndTouchFreeOnes) {
   EXPECT_EQ(pool.hash_of(a[1]), hashes[1]);
   expect_ok(pool, {a});
   // In use: a hit takes another reference.
-  std::vector<int32_t> b = pool.lookup(hashes, tokens);
+  std::vector<int32_t> b = lookup(pool, hashes, tokens);
   EXPECT_EQ(b, std::vector<int32_t>({1, 2}));
   EXPECT_EQ(pool.ref_count(1), 2);
   // The same blocks computed twice: the second copy is not registered.
@@ -176,7 +156,7 @@ TEST(BlockPool, RegisterAndLookupReuseFullBlocksAndTouchFreeOnes) {
   expect_ok(pool, {});
   // Free and cached: a hit touches them out of the free list.
   const int64_t free_before = pool.num_free();
-  std::vector<int32_t> d = pool.lookup(hashes, tokens);
+  std::vector<int32_t> d = lookup(pool, hashes, tokens);
   EXPECT_EQ(d, std::vector<int32_t>({1, 2}));
   EXPECT_EQ(pool.num_free(), free_before - 2);
   EXPECT_EQ(pool.metrics().cached, 0);
@@ -194,10 +174,6 @@ TEST(BlockPool, RegisterAndLookupReuseFullBlocksAndTouchFreeOnes) {
   EXPECT_TRUE(pool.match_prefix(broken, tokens).empty());
   // Fewer tokens than hashes cover: only full blocks of tokens are matched.
   EXPECT_EQ(pool.match_prefix(hashes, all.first(7)), std::vector<int32_t>({1}));
-  const BlockPoolMetrics m = pool.metrics();
-  EXPECT_EQ(m.prefix_query_blocks, 4);
-  EXPECT_EQ(m.prefix_hit_blocks, 4);
-  EXPECT_DOUBLE_EQ(m.prefix_hit_rate(), 1.0);
 }
 
 TEST(BlockPoolDeathTest, RegisterChecksItsArguments) {
@@ -230,7 +206,7 @@ TEST(BlockPool, AllocationEvictsCachedBlocksAndReportsTheirHashes) {
   EXPECT_FALSE(pool.hash_of(3).has_value());
   EXPECT_EQ(pool.metrics().cached, 2);
   // The first two blocks still hit; the evicted third does not.
-  std::vector<int32_t> hit = pool.lookup(hashes, tokens);
+  std::vector<int32_t> hit = lookup(pool, hashes, tokens);
   EXPECT_EQ(hit, std::vector<int32_t>({1, 2}));
   expect_ok(pool, {{3}, hit});
   pool.free(hit);
@@ -250,7 +226,7 @@ TEST(BlockPool, SharedHeadOfAPromptIsEvictedLast) {
   std::vector<int32_t> r1 = take(pool, 4);  // 1 2 | 3 4
   ASSERT_TRUE(pool.register_full_block(r1, 0, hashes[0], std::span(system).first(2)));
   ASSERT_TRUE(pool.register_full_block(r1, 1, hashes[1], std::span(system).last(2)));
-  std::vector<int32_t> r2 = pool.lookup(hashes, system);
+  std::vector<int32_t> r2 = lookup(pool, hashes, system);
   ASSERT_TRUE(pool.append_blocks(r2, 2).ok());  // 1 2 | 5 6
   pool.free(r1);                                // 4 3 reach 0; 1 2 still held
   pool.free(r2);                                // 6 5 2 1
@@ -269,7 +245,7 @@ TEST(BlockPool, CheckInvariantsNamesTheViolation) {
   expect_ok(pool, {a});
 }
 
-TEST(BlockPool, MetricsAndFragmentation) {
+TEST(BlockPool, MetricsAndInternalFragmentation) {
   BlockPool pool = make_pool(11, 16, 2);
   std::vector<int32_t> a = take(pool, 3);
   const BlockPoolMetrics m = pool.metrics();
@@ -279,8 +255,6 @@ TEST(BlockPool, MetricsAndFragmentation) {
   EXPECT_EQ(m.cached, 0);
   EXPECT_EQ(m.allocatable, 5);
   EXPECT_EQ(m.reserve, 2);
-  EXPECT_EQ(m.external_fragmentation, 0.0);
-  EXPECT_EQ(m.prefix_hit_rate(), 0.0);
   // 40 tokens in 3 blocks of 16: 8 slots of the last block unused.
   EXPECT_DOUBLE_EQ(internal_fragmentation(40, 3, 16), 1.0 - 40.0 / 48.0);
   EXPECT_EQ(internal_fragmentation(0, 0, 16), 0.0);
@@ -288,13 +262,13 @@ TEST(BlockPool, MetricsAndFragmentation) {
 }
 
 // A model-free fuzz of the pool (serving.md §1.9, 5): requests are admitted with a prefix lookup,
-// grow by decode tokens (new blocks at boundaries, copy-on-write of shared partial blocks), fork,
-// finish and get preempted when blocks run out. The test keeps its own model: each request's
-// table and tokens (the owners), and what each block "holds" (the token at each row, -1 for
-// stale rows after an allocation). After every operation: check_invariants, the contents of
-// every live table equal its tokens (no block handed to two writers, copy-on-write copied what it
-// should), and every hash the pool still indexes matches its tokens (cached blocks reusable until
-// evicted; evicted ones not).
+// grow by decode tokens (new blocks at boundaries), fork as CacheCoordinator::fork does (full
+// blocks shared, a partial last block copied into a fresh one), finish and get preempted when
+// blocks run out. The test keeps its own model: each request's table and tokens (the owners), and
+// what each block "holds" (the token at each row, -1 for stale rows after an allocation). After
+// every operation: check_invariants, the contents of every live table equal its tokens (no block
+// handed to two writers, a fork copied what it should), and every hash the pool still indexes
+// matches its tokens (cached blocks reusable until evicted; evicted ones not).
 class BlockPoolFuzz {
  public:
   BlockPoolFuzz(uint32_t seed, int64_t num_blocks, int64_t block_size, int64_t reserve)
@@ -338,8 +312,8 @@ class BlockPoolFuzz {
   }
 
   int64_t evictions() const { return evictions_; }
-  int64_t hits() const { return pool_.metrics().prefix_hit_blocks; }
-  int64_t cows() const { return cows_; }
+  int64_t hits() const { return hits_; }
+  int64_t copies() const { return copies_; }
   int64_t preemptions() const { return preemptions_; }
 
  private:
@@ -373,7 +347,8 @@ class BlockPoolFuzz {
     const std::vector<BlockHash> hashes = hash_full_blocks(seed_, r.tokens, block_size_, "", "f");
     // The last prompt token must run: cap the hit at (len - 1) rounded down to a block.
     const size_t cap = (r.tokens.size() - 1) / static_cast<size_t>(block_size_);
-    r.table = pool_.lookup(std::span(hashes).first(std::min(cap, hashes.size())), r.tokens);
+    r.table = lookup(pool_, std::span(hashes).first(std::min(cap, hashes.size())), r.tokens);
+    hits_ += static_cast<int64_t>(r.table.size());
     for (size_t j = 0; j < r.table.size(); ++j)  // a hit holds exactly the prompt's tokens
       ASSERT_TRUE(std::equal(rows(r.table[j]).begin(), rows(r.table[j]).end(),
                              r.tokens.begin() + num_tokens_in_blocks(j)))
@@ -428,22 +403,8 @@ class BlockPoolFuzz {
       }
       on_allocated(std::span(r.table).last(1));
     } else {
-      Result<std::optional<CowCopy>> copy = pool_.copy_on_write(r.table, static_cast<int64_t>(j));
-      if (!copy.ok()) {
-        ASSERT_EQ(pool_.num_free(), 0);
-        preempt(i);
-        return;
-      }
-      if (copy->has_value()) {
-        ++cows_;
-        const CowCopy c = **copy;
-        ASSERT_EQ(r.table[j], c.to_block);
-        ASSERT_GE(pool_.ref_count(c.from_block), 1);
-        on_allocated(std::span(&c.to_block, 1));
-        std::copy_n(rows(c.from_block).begin(), pos % static_cast<size_t>(block_size_),
-                    rows(c.to_block).begin());
-      }
-      // Only partial blocks are written, never a hashed one.
+      // Only partial blocks are written, never a shared or a hashed one.
+      ASSERT_EQ(pool_.ref_count(r.table[j]), 1);
       ASSERT_FALSE(pool_.hash_of(r.table[j]).has_value());
     }
     const int32_t t = token();
@@ -454,8 +415,23 @@ class BlockPoolFuzz {
   }
 
   void fork(size_t i) {
-    pool_.fork(requests_[i].table);
-    requests_.push_back(requests_[i]);
+    const Request& parent = requests_[i];
+    const size_t num_full = parent.tokens.size() / static_cast<size_t>(block_size_);
+    const bool partial = num_full < parent.table.size();
+    if (partial && pool_.num_allocatable() < 1) return;  // no room: no fork
+    Request child{.table = {}, .tokens = parent.tokens};
+    child.table.assign(parent.table.begin(),
+                       parent.table.begin() + static_cast<std::ptrdiff_t>(num_full));
+    pool_.fork(child.table);
+    if (partial) {
+      ASSERT_TRUE(pool_.append_blocks(child.table, 1).ok());
+      on_allocated(std::span(child.table).last(1));
+      std::copy_n(rows(parent.table[num_full]).begin(),
+                  parent.tokens.size() % static_cast<size_t>(block_size_),
+                  rows(child.table.back()).begin());
+      ++copies_;
+    }
+    requests_.push_back(std::move(child));
   }
 
   void finish(size_t i) {
@@ -492,7 +468,6 @@ class BlockPoolFuzz {
     const BlockPoolMetrics m = pool_.metrics();
     ASSERT_EQ(m.used + m.free, m.num_blocks - 1);
     ASSERT_LE(m.cached, static_cast<int64_t>(registered_.size()));
-    ASSERT_EQ(m.external_fragmentation, 0.0);
   }
 
   std::mt19937 rng_;
@@ -504,12 +479,13 @@ class BlockPoolFuzz {
   std::vector<std::vector<int32_t>> contents_;      // per block: the token of each row
   std::map<Key, std::vector<int32_t>> registered_;  // hashes the pool indexes, with their tokens
   int64_t evictions_ = 0;
-  int64_t cows_ = 0;
+  int64_t hits_ = 0;
+  int64_t copies_ = 0;
   int64_t preemptions_ = 0;
 };
 
 TEST(BlockPool, RandomOperationsKeepEveryInvariant) {
-  int64_t evictions = 0, hits = 0, cows = 0, preemptions = 0;
+  int64_t evictions = 0, hits = 0, copies = 0, preemptions = 0;
   for (uint32_t seed = 1; seed <= 6; ++seed) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed);
     // Small pools so that eviction, the reserve and preemption all happen.
@@ -518,16 +494,16 @@ TEST(BlockPool, RandomOperationsKeepEveryInvariant) {
     if (::testing::Test::HasFatalFailure()) return;
     evictions += fuzz.evictions();
     hits += fuzz.hits();
-    cows += fuzz.cows();
+    copies += fuzz.copies();
     preemptions += fuzz.preemptions();
   }
-  std::printf("evictions %lld hits %lld cows %lld preemptions %lld\n",
+  std::printf("evictions %lld hits %lld copies %lld preemptions %lld\n",
               static_cast<long long>(evictions), static_cast<long long>(hits),
-              static_cast<long long>(cows), static_cast<long long>(preemptions));
+              static_cast<long long>(copies), static_cast<long long>(preemptions));
   // The run exercised every path.
   EXPECT_GT(evictions, 100);
   EXPECT_GT(hits, 100);
-  EXPECT_GT(cows, 20);
+  EXPECT_GT(copies, 20);
   EXPECT_GT(preemptions, 20);
 }
 

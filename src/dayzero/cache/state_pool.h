@@ -4,7 +4,7 @@
 // live slots (one per running request, reserved up front so admission never waits for one) and
 // max_checkpoints checkpoint slots owned by the prefix cache, each holding the state after the
 // block keyed by a BlockHash. Checkpoints have their own LRU list and a pin count held while
-// copying. Single-threaded: the scheduler owns it.
+// copying. Single-threaded: the cache coordinator owns it.
 
 #include <cstddef>
 #include <cstdint>
@@ -51,7 +51,7 @@ class StatePool {
   Result<int32_t> acquire_live();
   // Aborts naming the slot when it is not a live slot currently held.
   void release_live(int32_t slot);
-  // n > 1 (serving.md §1.3): a new live slot holding a copy of `parent`'s state.
+  // n > 1: a new live slot holding a copy of `parent`'s state (CacheCoordinator::fork).
   Result<int32_t> fork_live(int32_t parent);
 
   // Keeps the state of `live_slot`, which has consumed tokens [0, position), under `key`, the

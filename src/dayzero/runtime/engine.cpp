@@ -53,31 +53,49 @@ Engine::~Engine() {
 }
 
 Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request) {
+  DZ_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<RequestStream>> streams,
+                      submit_choices(std::move(request), 1));
+  return std::move(streams[0]);
+}
+
+Result<std::vector<std::shared_ptr<RequestStream>>> Engine::submit_choices(
+    GenerationRequest request, int32_t n) {
+  if (n < 1) return make_error(StatusCode::kInvalidArgument, "n: {} (want >= 1)", n);
   DZ_RETURN_IF_ERROR(core_->validate_request(request));
-  std::shared_ptr<RequestStream> stream;
+  Submitted submitted{.request = std::move(request), .ids = {}, .streams = {}};
   {
     std::lock_guard lock(mutex_);
     const int64_t max_queued = core_->config().max_queued_requests;
-    if (static_cast<int64_t>(inbox_.size()) + num_core_waiting_ >= max_queued)
+    if (num_inbox_streams_ + num_core_waiting_ + n > max_queued)
       return make_error(StatusCode::kResourceExhausted,
                         "the queue is full: {} requests are waiting (max_queued_requests)",
                         max_queued);
-    stream = std::make_shared<RequestStream>(next_id_++);
-    inbox_.push_back(Submitted{stream->id(), std::move(request), stream});
+    for (int32_t c = 0; c < n; ++c) {
+      submitted.ids.push_back(next_id_++);
+      submitted.streams.push_back(std::make_shared<RequestStream>(submitted.ids.back()));
+    }
+    num_inbox_streams_ += n;
+    inbox_.push_back(submitted);
   }
   wake_.notify_one();
-  return stream;
+  return std::move(submitted.streams);
 }
 
 void Engine::cancel(int64_t request_id) {
   {
     std::lock_guard lock(mutex_);
     // Still in the inbox: the core never saw it, so it ends here and now.
-    auto it = std::find_if(inbox_.begin(), inbox_.end(),
-                           [&](const Submitted& s) { return s.id == request_id; });
-    if (it != inbox_.end()) {
-      it->stream->push(aborted_output(request_id, nullptr));
-      inbox_.erase(it);
+    for (auto it = inbox_.begin(); it != inbox_.end(); ++it) {
+      const auto c = static_cast<size_t>(std::find(it->ids.begin(), it->ids.end(), request_id) -
+                                         it->ids.begin());
+      if (c == it->ids.size() || !it->streams[c]) continue;
+      it->streams[c]->push(aborted_output(request_id, nullptr));
+      if (it->ids.size() == 1) {
+        inbox_.erase(it);
+        --num_inbox_streams_;
+      } else {
+        it->streams[c].reset();  // the core still gets it, so that the others keep their choice
+      }
       return;
     }
     cancels_.push_back(request_id);
@@ -116,20 +134,27 @@ void Engine::abort_live(int64_t request_id) {
 void Engine::admit(std::vector<Submitted>& submitted) {
   for (Submitted& s : submitted) {
     const auto num_prompt = static_cast<int64_t>(s.request.prompt_token_ids.size());
-    Status status = core_->add_request(s.id, std::move(s.request));
-    if (!status.ok()) {
-      RequestOutput output;
-      output.request_id = s.id;
-      output.finished = true;
-      output.error = std::move(status);
-      output.num_prompt_tokens = num_prompt;
-      s.stream->push(std::move(output));
-      continue;
+    const Status status = s.ids.size() == 1 ? core_->add_request(s.ids[0], std::move(s.request))
+                                            : core_->add_choices(s.ids, std::move(s.request));
+    for (size_t c = 0; c < s.ids.size(); ++c) {
+      if (!s.streams[c]) {  // cancelled in the inbox: its stream has ended already
+        if (status.ok()) core_->abort_request(s.ids[c]);
+        continue;
+      }
+      if (!status.ok()) {
+        RequestOutput output;
+        output.request_id = s.ids[c];
+        output.finished = true;
+        output.error = status;
+        output.num_prompt_tokens = num_prompt;
+        s.streams[c]->push(std::move(output));
+        continue;
+      }
+      Live live{.stream = s.streams[c], .last = {}};
+      live.last.request_id = s.ids[c];
+      live.last.num_prompt_tokens = num_prompt;
+      live_.emplace(s.ids[c], std::move(live));
     }
-    Live live{.stream = s.stream, .last = {}};
-    live.last.request_id = s.id;
-    live.last.num_prompt_tokens = num_prompt;
-    live_.emplace(s.id, std::move(live));
   }
   submitted.clear();
 }
@@ -166,7 +191,8 @@ void Engine::loop() {
       submitted.swap(inbox_);
       cancels.swap(cancels_);
       // Until the next snapshot, count the moved requests as waiting in the core.
-      num_core_waiting_ += static_cast<int64_t>(submitted.size());
+      num_core_waiting_ += num_inbox_streams_;
+      num_inbox_streams_ = 0;
     }
     admit(submitted);
     for (int64_t id : cancels) abort_live(id);
@@ -200,7 +226,9 @@ void Engine::loop() {
     std::lock_guard lock(mutex_);
     rest.swap(inbox_);
   }
-  for (Submitted& s : rest) s.stream->push(aborted_output(s.id, nullptr));
+  for (Submitted& s : rest)
+    for (const auto& stream : s.streams)
+      if (stream) stream->push(aborted_output(stream->id(), nullptr));
   std::vector<int64_t> ids;
   for (const auto& entry : live_) ids.push_back(entry.first);
   for (int64_t id : ids) abort_live(id);

@@ -68,6 +68,11 @@ class Engine {
   // enters the core even if preemptions in the step running meanwhile filled its waiting queue,
   // so a stream never ends with kResourceExhausted.
   Result<std::shared_ptr<RequestStream>> submit(GenerationRequest request);
+  // n > 1 choices of one prompt, one stream each, stream c sampling choice c: the prompt is
+  // computed once and the choices fork from it (EngineCore::add_choices). Refused as submit, the
+  // queue bound counting every choice.
+  Result<std::vector<std::shared_ptr<RequestStream>>> submit_choices(GenerationRequest request,
+                                                                     int32_t n);
   // Cancels a waiting or running request between steps; its stream then ends with aborted = true.
   // Unknown and finished ids are ignored.
   void cancel(int64_t request_id);
@@ -77,10 +82,11 @@ class Engine {
   const EngineConfig& config() const { return core_->config(); }
 
  private:
+  // One request, or the n choices of one (ids[c] samples choice c).
   struct Submitted {
-    int64_t id = 0;
     GenerationRequest request;
-    std::shared_ptr<RequestStream> stream;
+    std::vector<int64_t> ids;
+    std::vector<std::shared_ptr<RequestStream>> streams;  // null once cancelled in the inbox
   };
   // What the loop keeps per request in the core.
   struct Live {
@@ -103,6 +109,7 @@ class Engine {
   mutable std::mutex mutex_;  // guards everything below
   std::condition_variable wake_;
   std::vector<Submitted> inbox_;
+  int64_t num_inbox_streams_ = 0;
   std::vector<int64_t> cancels_;
   int64_t next_id_ = 1;
   // The core's waiting count at the last step end plus the requests moved in since; a step in

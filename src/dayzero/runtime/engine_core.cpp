@@ -6,9 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "dayzero/cache/block_pool.h"
-#include "dayzero/cache/prefix_hash.h"
-#include "dayzero/cache/state_pool.h"
+#include "dayzero/cache/cache_coordinator.h"
 #include "dayzero/core/check.h"
 #include "dayzero/model/forward_batch.h"
 #include "dayzero/model/kv_cache.h"
@@ -77,8 +75,7 @@ struct EngineCore::Impl {
   int64_t num_blocks = 0;  // null block included
   int64_t reserve_blocks = 0;
   model::KvCache cache;
-  std::optional<cache::BlockPool> blocks;
-  std::optional<cache::StatePool> states;
+  std::optional<cache::CacheCoordinator> coordinator;
   std::optional<Scheduler> scheduler;
 
   std::vector<RequestOutput> pending;  // aborted requests, reported by the next step
@@ -148,17 +145,25 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CausalLm& model,
   impl->reserve_blocks = reserve;
   DZ_ASSIGN_OR_RETURN(
       impl->cache, model::KvCache::create(layers, num_blocks, config.block_size, num_state_slots));
-  DZ_ASSIGN_OR_RETURN(impl->blocks,
+  DZ_ASSIGN_OR_RETURN(cache::BlockPool blocks,
                       cache::BlockPool::create(num_blocks, config.block_size, reserve));
+  std::optional<cache::StatePool> states;
   if (recurrent) {
-    // The cache sits at its final address inside impl, so the pool may keep a reference to it.
-    DZ_ASSIGN_OR_RETURN(impl->states, cache::StatePool::create(
-                                          impl->cache, static_cast<int32_t>(config.max_num_seqs),
-                                          static_cast<int32_t>(max_checkpoints)));
-    cache::StatePool* states = &*impl->states;
-    impl->blocks->set_eviction_listener(
-        [states](const cache::BlockHash& hash) { states->release_checkpoint(hash); });
+    // The cache sits at its final address inside impl, so the pools may keep a reference to it.
+    DZ_ASSIGN_OR_RETURN(
+        states, cache::StatePool::create(impl->cache, static_cast<int32_t>(config.max_num_seqs),
+                                         static_cast<int32_t>(max_checkpoints)));
   }
+  model::KvCache* kv = &impl->cache;
+  impl->coordinator.emplace(
+      std::move(blocks), std::move(states),
+      [kv](int32_t from, int32_t to, int64_t rows) { kv->copy_block_rows(from, to, rows); },
+      cache::CacheCoordinatorConfig{
+          .enable_prefix_caching = config.enable_prefix_caching,
+          .state_checkpoint_interval = config.state_checkpoint_interval,
+          .seed = cache::model_seed_hash(config.model_identity),
+          .cache_format = cache_format(layers, config.block_size),
+      });
   const SchedulerConfig scheduler_config{
       .max_num_seqs = config.max_num_seqs,
       .max_num_batched_tokens = config.max_num_batched_tokens,
@@ -167,12 +172,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CausalLm& model,
                                     : std::max<int64_t>(1, config.max_num_batched_tokens / 2),
       .max_long_partial_prefills = config.max_long_partial_prefills,
       .max_model_len = config.max_model_len,
-      .enable_prefix_caching = config.enable_prefix_caching,
-      .state_checkpoint_interval = config.state_checkpoint_interval,
   };
-  impl->scheduler.emplace(scheduler_config, *impl->blocks, impl->states ? &*impl->states : nullptr,
-                          cache::model_seed_hash(config.model_identity),
-                          cache_format(layers, config.block_size));
+  impl->scheduler.emplace(scheduler_config, *impl->coordinator);
   return std::unique_ptr<EngineCore>(new EngineCore(config, std::move(impl)));
 }
 
@@ -218,6 +219,31 @@ Status EngineCore::add_request(int64_t request_id, GenerationRequest request) {
   if (scheduler.find(request_id) != nullptr)
     return make_error(StatusCode::kAlreadyExists, "request id {} is already in use", request_id);
   scheduler.add(std::make_unique<Request>(request_id, std::move(request), config_.eos_token_ids));
+  return Status::ok_status();
+}
+
+Status EngineCore::add_choices(std::span<const int64_t> request_ids, GenerationRequest request) {
+  if (request_ids.empty())
+    return make_error(StatusCode::kInvalidArgument, "add_choices: no request ids");
+  DZ_RETURN_IF_ERROR(validate_request(request));
+  Scheduler& scheduler = *impl_->scheduler;
+  for (size_t c = 0; c < request_ids.size(); ++c) {
+    if (scheduler.find(request_ids[c]) != nullptr ||
+        std::find(request_ids.begin(), request_ids.begin() + static_cast<std::ptrdiff_t>(c),
+                  request_ids[c]) != request_ids.begin() + static_cast<std::ptrdiff_t>(c))
+      return make_error(StatusCode::kAlreadyExists, "request id {} is already in use",
+                        request_ids[c]);
+  }
+  Request* parent = nullptr;
+  for (size_t c = 0; c < request_ids.size(); ++c) {
+    GenerationRequest choice = request;
+    choice.choice_index = static_cast<uint32_t>(c);
+    auto r = std::make_unique<Request>(request_ids[c], std::move(choice), config_.eos_token_ids);
+    if (parent == nullptr)
+      parent = &scheduler.add(std::move(r));
+    else
+      scheduler.add_fork(std::move(r), *parent);
+  }
   return Status::ok_status();
 }
 
@@ -307,13 +333,13 @@ std::vector<RequestOutput> EngineCore::step() {
       const auto k = static_cast<size_t>(t + i);
       m.token_ids[k] = r.tokens[static_cast<size_t>(begin + i)];
       m.positions[k] = static_cast<int32_t>(begin + i);
-      m.slot_mapping[k] = model::slot_of(r.block_table, config_.block_size, begin + i);
+      m.slot_mapping[k] = model::slot_of(r.cache.block_table, config_.block_size, begin + i);
     }
     batch.sequences.push_back(model::SequenceSlice{.token_begin = t,
                                                    .num_tokens = c.num_tokens,
                                                    .pos_begin = begin,
-                                                   .block_table = r.block_table,
-                                                   .state_slot = r.state_slot});
+                                                   .block_table = r.cache.block_table,
+                                                   .state_slot = r.cache.state_slot});
     t += c.num_tokens;
     if (begin + c.num_tokens == r.num_tokens()) {
       m.logits_rows.push_back(t - 1);
@@ -344,10 +370,20 @@ std::vector<RequestOutput> EngineCore::step() {
     return outputs;
   }
   scheduler.advance(plan);
+  // n > 1: the other choices fork from a prompt just computed and sample from its logits row.
+  std::vector<size_t> sampled_rows(sampled.size());
+  for (size_t row = 0; row < sampled.size(); ++row) sampled_rows[row] = row;
+  for (size_t row = 0, num_rows = sampled.size(); row < num_rows; ++row) {
+    if (sampled[row]->pending_forks.empty()) continue;
+    for (Request* child : scheduler.fork_pending(*sampled[row])) {
+      sampled.push_back(child);
+      sampled_rows.push_back(row);
+    }
+  }
 
-  for (size_t row = 0; row < sampled.size(); ++row) {
-    Request& r = *sampled[row];
-    const std::span<const float> logits(m.logits.data() + row * vocab, vocab);
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    Request& r = *sampled[i];
+    const std::span<const float> logits(m.logits.data() + sampled_rows[i] * vocab, vocab);
     const SampleResult sample =
         r.sampler.sample(logits, r.num_output_tokens(), r.prompt(), r.output());
     RequestOutput out = make_output(r);
@@ -385,7 +421,7 @@ std::vector<RequestOutput> EngineCore::step() {
 
 EngineMetrics EngineCore::metrics() const {
   const Scheduler& scheduler = *impl_->scheduler;
-  const cache::BlockPoolMetrics pool = impl_->blocks->metrics();
+  const cache::BlockPoolMetrics pool = impl_->coordinator->block_metrics();
   EngineMetrics m;
   m.num_running = scheduler.num_running();
   m.num_waiting = scheduler.num_waiting();
@@ -402,7 +438,7 @@ EngineMetrics EngineCore::metrics() const {
   m.num_steps = impl_->num_steps;
   for (const Request* r : scheduler.running()) {
     m.live_tokens += r->num_computed_tokens;
-    m.allocated_slots += static_cast<int64_t>(r->block_table.size()) * config_.block_size;
+    m.allocated_slots += static_cast<int64_t>(r->cache.block_table.size()) * config_.block_size;
   }
   return m;
 }

@@ -1,11 +1,12 @@
 #pragma once
-// The engine without threads (serving.md §2): owns the KV cache, the block pool, the state pool
-// and the scheduler; step() schedules one ForwardBatch mixing decode tokens and prefill chunks of
-// many requests, runs it through the model, samples, and returns every request's new output.
-// Single-threaded: Engine (engine.h) wraps it for concurrent callers.
+// The engine without threads (serving.md §2): owns the KV cache, the cache coordinator (block and
+// state pools) and the scheduler; step() schedules one ForwardBatch mixing decode tokens and
+// prefill chunks of many requests, runs it through the model, samples, and returns every request's
+// new output. Single-threaded: Engine (engine.h) wraps it for concurrent callers.
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "dayzero/core/parallel.h"
@@ -28,6 +29,13 @@ class EngineCore {
   // queues it; kAlreadyExists for a request id in use. The queue bound (max_queued_requests) is
   // Engine::submit's alone: a request the engine accepted must never be refused here later.
   Status add_request(int64_t request_id, GenerationRequest request);
+  // n > 1 choices of one prompt: request_ids[c] samples choice c (choice_index c, whatever
+  // request.choice_index says), each with its own outputs. The prompt is computed once, by the
+  // first; the others fork from it then (prompt blocks shared, the partial last block and the
+  // recurrent state copied) and sample from the same logits, so every choice gets what it would
+  // alone. A choice without room for a fork then runs as a request of its own. Checks as
+  // add_request; kAlreadyExists for an id in use or given twice.
+  Status add_choices(std::span<const int64_t> request_ids, GenerationRequest request);
   // The checks of add_request that do not depend on the engine's state (thread-safe: reads only
   // the config and the model's vocabulary), so Engine can answer a submit at once.
   Status validate_request(const GenerationRequest& request) const;

@@ -188,6 +188,80 @@ TEST_P(EngineCoreTest, SampledTokensDependOnlyOnTheSeedNotOnTheBatch) {
   }
 }
 
+TEST_P(EngineCoreTest, ChoicesForkFromOnePrefillAndEqualIndependentRequests) {
+  std::mt19937_64 rng(21);
+  // Prompt lengths on and off a block boundary (8), one longer than a step's budget.
+  for (const int64_t prompt_len : {13, 16, 45}) {
+    SCOPED_TRACE(::testing::Message() << "prompt of " << prompt_len);
+    GenerationRequest g = greedy(random_tokens(rng, prompt_len), 10);
+    g.sampling.temperature = 1.0f;
+    g.sampling.seed = 77;
+    for (const bool prefix_caching : {true, false}) {
+      RecordingLm model(hybrid());
+      EngineConfig config = small_config();
+      config.enable_prefix_caching = prefix_caching;
+      auto engine = make_engine(model, config);
+      const std::vector<int64_t> ids = {5, 6, 7, 8};
+      ASSERT_TRUE(engine->add_choices(ids, g).ok());
+      EXPECT_EQ(engine->metrics().num_waiting, 4);
+      auto results = run_to_end(*engine);
+      std::vector<std::vector<int32_t>> outputs;
+      for (size_t c = 0; c < ids.size(); ++c) {
+        const std::vector<int32_t> want = expected_tokens(g.prompt_token_ids, g.sampling, 10,
+                                                          hybrid(), {}, static_cast<uint32_t>(c));
+        EXPECT_EQ(results[ids[c]].tokens, want) << "choice " << c;
+        EXPECT_TRUE(results[ids[c]].finished);
+        EXPECT_EQ(results[ids[c]].num_cached_tokens, c == 0 ? 0 : prompt_len);
+        outputs.push_back(results[ids[c]].tokens);
+      }
+      EXPECT_NE(outputs[0], outputs[1]);  // distinct choice streams
+      // The prompt ran once; each choice then decoded its own tokens.
+      int64_t decoded = 0;
+      for (const auto& out : outputs) decoded += static_cast<int64_t>(out.size()) - 1;
+      EXPECT_EQ(model.total_tokens, prompt_len + decoded);
+      EXPECT_EQ(engine->metrics().prompt_tokens, 4 * prompt_len);
+      expect_nothing_held(*engine);
+    }
+  }
+}
+
+TEST_P(EngineCoreTest, ChoicesWithoutRoomForAForkRunAlone) {
+  RecordingLm model(hybrid());
+  EngineConfig config = small_config();
+  config.max_num_seqs = 2;
+  auto engine = make_engine(model, config);
+  std::mt19937_64 rng(4);
+  GenerationRequest g = greedy(random_tokens(rng, 11), 6);
+  g.sampling.temperature = 1.0f;
+  g.sampling.seed = 3;
+  const std::vector<int64_t> ids = {1, 2, 3};
+  ASSERT_TRUE(engine->add_choices(ids, g).ok());
+  auto results = run_to_end(*engine);
+  for (size_t c = 0; c < ids.size(); ++c)
+    EXPECT_EQ(results[ids[c]].tokens, expected_tokens(g.prompt_token_ids, g.sampling, 6, hybrid(),
+                                                      {}, static_cast<uint32_t>(c)))
+        << "choice " << c;
+  expect_nothing_held(*engine);
+}
+
+TEST_P(EngineCoreTest, AbortingTheFirstChoiceLetsTheOthersRunAlone) {
+  RecordingLm model(hybrid());
+  auto engine = make_engine(model, small_config());
+  std::mt19937_64 rng(5);
+  GenerationRequest g = greedy(random_tokens(rng, 20), 5);
+  const std::vector<int64_t> ids = {1, 2, 3};
+  ASSERT_TRUE(engine->add_choices(ids, g).ok());
+  EXPECT_EQ(engine->add_choices(std::vector<int64_t>{4, 4}, g).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(engine->add_choices(std::vector<int64_t>{9, 3}, g).code(), StatusCode::kAlreadyExists);
+  ASSERT_TRUE(engine->abort_request(1));
+  ASSERT_TRUE(engine->abort_request(3));
+  auto results = run_to_end(*engine);
+  EXPECT_TRUE(results[1].aborted);
+  EXPECT_TRUE(results[3].aborted);
+  EXPECT_EQ(results[2].tokens, expected_tokens(g.prompt_token_ids, g.sampling, 5, hybrid(), {}, 1));
+  expect_nothing_held(*engine);
+}
+
 TEST_P(EngineCoreTest, SharedSystemPromptHitsThePrefixCache) {
   RecordingLm model(hybrid());
   EngineConfig config = small_config();
@@ -370,9 +444,16 @@ TEST_P(EngineCoreTest, TwoHundredRandomRequestsOnATinyCacheAllFinishWithoutLeaks
         r.sampling.temperature = 0.8f;
         r.sampling.seed = rng();
       }
-      requests[next_id] = r;
-      ASSERT_TRUE(engine->add_request(next_id, r).ok());
-      ++next_id;
+      // Every fifth request has 2 or 3 choices (ids next_id, next_id + 1, ...): they fork.
+      const int64_t num_choices = rng() % 5 == 0 ? 2 + static_cast<int64_t>(rng() % 2) : 1;
+      std::vector<int64_t> ids;
+      for (int64_t c = 0; c < num_choices; ++c) {
+        requests[next_id] = r;
+        requests[next_id].choice_index = static_cast<uint32_t>(c);
+        ids.push_back(next_id++);
+      }
+      ASSERT_TRUE(
+          (num_choices == 1 ? engine->add_request(ids[0], r) : engine->add_choices(ids, r)).ok());
     }
   };
   submit(60);
@@ -381,15 +462,18 @@ TEST_P(EngineCoreTest, TwoHundredRandomRequestsOnATinyCacheAllFinishWithoutLeaks
     ASSERT_TRUE(engine->check_invariants().ok());
     if (step % 7 == 0 && next_id < 200) submit(std::min<int>(10, 200 - static_cast<int>(next_id)));
   }
-  ASSERT_EQ(results.size(), 200u);
-  int64_t preemptions = 0;
+  ASSERT_EQ(results.size(), requests.size());
+  int64_t preemptions = 0, forked = 0;
   for (const auto& [id, r] : requests) {
     ASSERT_TRUE(results[id].finished) << id;
-    EXPECT_EQ(results[id].tokens,
-              expected_tokens(r.prompt_token_ids, r.sampling, r.max_tokens, hybrid()))
+    EXPECT_EQ(results[id].tokens, expected_tokens(r.prompt_token_ids, r.sampling, r.max_tokens,
+                                                  hybrid(), {}, r.choice_index))
         << "request " << id;
     preemptions += results[id].num_preemptions;
+    // Only a fork has its whole prompt cached (a prefix hit leaves the last token to run).
+    if (results[id].num_cached_tokens == static_cast<int64_t>(r.prompt_token_ids.size())) ++forked;
   }
+  EXPECT_GT(forked, 0);
   EXPECT_GT(preemptions, 0);
   EXPECT_GT(engine->metrics().prefix_hit_tokens, 0);
   expect_nothing_held(*engine);

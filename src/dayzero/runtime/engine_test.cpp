@@ -443,6 +443,46 @@ TEST(EngineTest, CancelWhileQueuedAndWhileRunning) {
   EXPECT_EQ((*engine)->metrics().num_running, 0);
 }
 
+TEST(EngineTest, ChoicesStreamApartAndEqualIndependentRequests) {
+  FakeLm model;
+  const EngineConfig config = small_config();
+  GenerationRequest request;
+  request.prompt_token_ids = {2, 7, 1, 8, 2, 8};
+  request.max_tokens = 6;
+  request.sampling.temperature = 1.0f;
+  request.sampling.seed = 11;
+  std::vector<GenerationRequest> alone(4, request);
+  for (size_t c = 0; c < alone.size(); ++c) alone[c].choice_index = static_cast<uint32_t>(c);
+  const std::vector<std::vector<int32_t>> want = run_core(model, config, alone);
+  EXPECT_NE(want[0], want[1]);
+
+  auto engine = Engine::create(model, ExecContext{}, config);
+  ASSERT_TRUE(engine.ok());
+  EXPECT_EQ((*engine)->submit_choices(request, 0).status().code(), StatusCode::kInvalidArgument);
+  ReleaseOnExit release{model};
+  // Held inside a step, so that the next submission waits in the inbox while one choice is
+  // cancelled: the others keep their choice streams.
+  model.set_permits(0);
+  auto blocker = (*engine)->submit(request);
+  ASSERT_TRUE(blocker.ok());
+  ASSERT_TRUE(model.wait_forwards_above(0));
+  auto streams = (*engine)->submit_choices(request, 4);
+  ASSERT_TRUE(streams.ok());
+  ASSERT_EQ(streams->size(), 4u);
+  (*engine)->cancel((*streams)[1]->id());
+  model.set_permits(-1);
+  for (size_t c = 0; c < streams->size(); ++c) {
+    const Collected result = drain(*(*streams)[c]);
+    EXPECT_TRUE(result.last.finished) << "choice " << c;
+    if (c == 1) {
+      EXPECT_TRUE(result.last.aborted);
+      continue;
+    }
+    EXPECT_EQ(result.tokens, want[c]) << "choice " << c;
+  }
+  EXPECT_EQ(drain(**blocker).tokens, want[0]);
+}
+
 TEST(EngineTest, AbandonedStreamsDoNotBlockTheEngine) {
   FakeLm model;
   auto engine = Engine::create(model, ExecContext{}, small_config());

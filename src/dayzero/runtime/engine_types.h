@@ -46,7 +46,7 @@ struct GenerationRequest {
   int64_t max_tokens = 16;     // ≥ 1; prompt + max_tokens ≤ max_model_len
   int32_t priority = 0;        // lower runs first; FCFS among equals
   std::string cache_salt;      // isolates prefix-cache entries between tenants
-  uint32_t choice_index = 0;   // the sampler's choice stream (n > 1 fans out into requests)
+  uint32_t choice_index = 0;   // the sampler's choice stream (EngineCore::add_choices sets it)
   bool return_logits = false;  // tests and verification: the FP32 logits row of every sampled token
 };
 
@@ -63,7 +63,8 @@ struct RequestOutput {
   bool aborted = false;  // cancelled (finish_reason stays kNone)
   Status error;          // a request that failed (e.g. the model refused its batch)
   int64_t num_prompt_tokens = 0;
-  int64_t num_cached_tokens = 0;  // prompt tokens served by the prefix cache at (last) admission
+  int64_t num_cached_tokens = 0;  // prompt tokens served by the prefix cache at (last) admission;
+                                  // the whole prompt for a choice forked from another
   int64_t num_output_tokens = 0;  // generated so far
   int64_t num_preemptions = 0;    // times this request was preempted and recomputed
   // When the request first got tokens into a step (queue time = this − arrival); unset while it
@@ -80,7 +81,7 @@ struct EngineMetrics {
   double kv_cache_usage = 0.0;  // used / num_blocks
   int64_t prefix_query_tokens = 0;
   int64_t prefix_hit_tokens = 0;
-  int64_t prompt_tokens = 0;      // counted at admission
+  int64_t prompt_tokens = 0;      // counted at admission (each choice of n > 1)
   int64_t generation_tokens = 0;  // sampled
   int64_t num_preemptions = 0;
   int64_t num_steps = 0;

@@ -1,7 +1,7 @@
 #pragma once
 // The engine's state of one request (serving.md §2): its tokens (prompt then output), how many of
-// them the cache holds, its place in the queues, its cache resources (block table, live state
-// slot, registered prefix blocks, rolling checkpoint) and its sampling and text-streaming state.
+// them the cache holds, its place in the queues, what it holds in the cache (cache::SequenceCache)
+// and its sampling and text-streaming state.
 // There is no prefill or decode phase: each step lets num_computed_tokens catch up with
 // tokens.size(), and chunked prefill, prefix hits and recompute after preemption follow from that.
 
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "dayzero/cache/prefix_hash.h"
+#include "dayzero/cache/cache_coordinator.h"
 #include "dayzero/runtime/engine_types.h"
 #include "dayzero/runtime/sampler.h"
 #include "dayzero/runtime/stop_strings.h"
@@ -20,7 +20,9 @@
 
 namespace dz::runtime {
 
-enum class RequestStatus : uint8_t { kWaiting, kRunning, kFinished };
+// kForkPending: a choice of an n > 1 request, waiting for its first sibling's prompt to be computed
+// so that it can fork from it.
+enum class RequestStatus : uint8_t { kWaiting, kForkPending, kRunning, kFinished };
 
 struct Request {
   Request(int64_t request_id, GenerationRequest request, std::span<const int32_t> eos_token_ids)
@@ -43,11 +45,11 @@ struct Request {
   uint64_t arrival_seq = 0;         // FCFS among equal priorities; kept across preemptions
   RequestStatus status = RequestStatus::kWaiting;
 
-  std::vector<int32_t> block_table;            // covers [0, num_computed_tokens + scheduled)
-  int32_t state_slot = -1;                     // live recurrent-state slot; −1 without KDA layers
-  std::vector<cache::BlockHash> block_hashes;  // chain over the full blocks of tokens so far
-  int64_t num_registered_blocks = 0;           // table blocks already offered to the prefix index
-  std::optional<cache::BlockHash> rolling_checkpoint;  // the decode checkpoint this request saved
+  // The block table covers [0, num_computed_tokens + scheduled).
+  cache::SequenceCache cache;
+  // n > 1: the choices that fork from this request once its prompt is computed.
+  std::vector<Request*> pending_forks;
+  Request* fork_parent = nullptr;  // while kForkPending
 
   int64_t max_tokens = 0;
   std::string cache_salt;
@@ -63,6 +65,9 @@ struct Request {
   int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
   std::span<const int32_t> prompt() const {
     return std::span<const int32_t>(tokens).first(static_cast<size_t>(num_prompt_tokens));
+  }
+  cache::SequenceTokens cache_tokens() const {
+    return {.tokens = tokens, .num_prompt_tokens = num_prompt_tokens, .cache_salt = cache_salt};
   }
   std::span<const int32_t> output() const {
     return std::span<const int32_t>(tokens).subspan(static_cast<size_t>(num_prompt_tokens));

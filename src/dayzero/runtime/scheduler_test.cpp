@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <limits>
 #include <memory>
 #include <vector>
 
@@ -11,13 +10,23 @@ namespace {
 
 constexpr int64_t kBlock = 4;
 
+cache::CacheCoordinatorConfig cache_config() {
+  return {.enable_prefix_caching = true,
+          .state_checkpoint_interval = 16,
+          .seed = cache::model_seed_hash("test"),
+          .cache_format = "fmt"};
+}
+
+void no_copy(int32_t, int32_t, int64_t) {}
+
 struct Fixture {
-  cache::BlockPool pool;
+  cache::CacheCoordinator cache;
   Scheduler scheduler;
 
   Fixture(int64_t num_blocks, int64_t reserve, SchedulerConfig config)
-      : pool(cache::BlockPool::create(num_blocks, kBlock, reserve).value()),
-        scheduler(config, pool, nullptr, cache::model_seed_hash("test"), "fmt") {}
+      : cache(cache::BlockPool::create(num_blocks, kBlock, reserve).value(), std::nullopt, no_copy,
+              cache_config()),
+        scheduler(config, cache) {}
 
   Request& add(int64_t id, int64_t num_prompt, int32_t priority = 0, int32_t first_token = 0) {
     GenerationRequest g;
@@ -45,9 +54,7 @@ SchedulerConfig config(int64_t budget, int64_t threshold, int64_t max_seqs = 8) 
                          .max_num_batched_tokens = budget,
                          .long_prefill_threshold = threshold,
                          .max_long_partial_prefills = 1,
-                         .max_model_len = 1000,
-                         .enable_prefix_caching = true,
-                         .state_checkpoint_interval = 16};
+                         .max_model_len = 1000};
 }
 
 std::vector<std::pair<int64_t, int64_t>> chunks(const SchedulerOutput& out) {
@@ -99,8 +106,8 @@ TEST(Scheduler, HeadOfLineBlocksAndAdmissionKeepsTheReserve) {
     out = f.step();
     EXPECT_TRUE(out.preempted_ids.empty());
   }
-  EXPECT_EQ(f.pool.metrics().used, 8);
-  EXPECT_EQ(f.pool.num_allocatable(), 0);
+  EXPECT_EQ(f.cache.block_metrics().used, 8);
+  EXPECT_EQ(f.cache.blocks().num_allocatable(), 0);
 }
 
 TEST(Scheduler, PreemptionTakesTheLowestPriorityThenTheNewestAndAdmitsNothing) {
@@ -127,7 +134,7 @@ TEST(Scheduler, PreemptionTakesTheLowestPriorityThenTheNewestAndAdmitsNothing) {
   EXPECT_EQ(f.step().admitted_ids, std::vector<int64_t>{4});
   const Request* two = f.scheduler.find(2);
   EXPECT_EQ(two->num_computed_tokens, 0);
-  EXPECT_TRUE(two->block_table.empty());
+  EXPECT_TRUE(two->cache.block_table.empty());
   EXPECT_EQ(two->num_preemptions, 1);
   EXPECT_EQ(f.scheduler.counters().num_preemptions, 2);
 }
@@ -168,26 +175,83 @@ TEST(Scheduler, MaxNumSeqsBoundsRunning) {
   EXPECT_EQ(f.scheduler.num_waiting(), 3);
 }
 
-TEST(Scheduler, CheckpointPositionsOnlyForRecurrentModels) {
-  Fixture f(64, 0, config(100, 100));
-  const Request& r = f.add(1, 37);
-  EXPECT_EQ(f.scheduler.next_checkpoint(r, 0), std::numeric_limits<int64_t>::max());
-
-  cache::BlockPool pool = cache::BlockPool::create(64, kBlock, 0).value();
+TEST(Scheduler, FirstChunkOfAHybridModelEndsAtTheFirstCheckpoint) {
   Result<cache::StatePool> states =
       cache::StatePool::create(1 + 2 + 2, 2, 2, [](int32_t, int32_t) {});
   ASSERT_TRUE(states.ok());
-  Scheduler hybrid(config(100, 100), pool, &*states, cache::model_seed_hash("t"), "fmt");
+  cache::CacheCoordinator coordinator(cache::BlockPool::create(64, kBlock, 0).value(),
+                                      std::move(*states), no_copy, cache_config());
+  Scheduler hybrid(config(100, 100), coordinator);
   GenerationRequest g;
   g.prompt_token_ids.assign(37, 3);
-  Request& h = hybrid.add(std::make_unique<Request>(1, g, std::vector<int32_t>{}));
-  // Interval 16, last prompt block boundary 36.
-  EXPECT_EQ(hybrid.next_checkpoint(h, 0), 16);
-  EXPECT_EQ(hybrid.next_checkpoint(h, 16), 32);
-  EXPECT_EQ(hybrid.next_checkpoint(h, 33), 36);
-  EXPECT_EQ(hybrid.next_checkpoint(h, 36), 48);
-  // The first chunk ends at the first checkpoint.
-  EXPECT_EQ(chunks(hybrid.schedule()), (std::vector<std::pair<int64_t, int64_t>>{{1, 16}}));
+  hybrid.add(std::make_unique<Request>(1, g, std::vector<int32_t>{}));
+  // Interval 16: the first chunk ends at 16, the next at 32, then at the last block boundary 36.
+  for (const int64_t want : {16, 16, 4, 1}) {
+    const SchedulerOutput out = hybrid.schedule();
+    EXPECT_EQ(chunks(out), (std::vector<std::pair<int64_t, int64_t>>{{1, want}}));
+    hybrid.advance(out);
+  }
+}
+
+TEST(Scheduler, PendingChoicesForkOnceThePromptIsComputed) {
+  Fixture f(64, 0, config(6, 6));
+  Request& parent = f.add(1, 10);
+  GenerationRequest g;
+  g.prompt_token_ids = parent.tokens;
+  g.max_tokens = 100;
+  Request& child = f.scheduler.add_fork(
+      std::make_unique<Request>(2, std::move(g), std::vector<int32_t>{}), parent);
+  EXPECT_EQ(f.scheduler.num_waiting(), 2);
+  SchedulerOutput out = f.scheduler.schedule();  // 6 of 10 tokens: the child still waits
+  f.scheduler.advance(out);
+  EXPECT_EQ(chunks(out), (std::vector<std::pair<int64_t, int64_t>>{{1, 6}}));
+  EXPECT_EQ(child.status, RequestStatus::kForkPending);
+  ASSERT_TRUE(f.scheduler.check_invariants().ok());
+  out = f.scheduler.schedule();
+  f.scheduler.advance(out);
+  EXPECT_EQ(chunks(out), (std::vector<std::pair<int64_t, int64_t>>{{1, 4}}));
+  EXPECT_EQ(f.scheduler.fork_pending(parent), std::vector<Request*>{&child});
+  EXPECT_EQ(child.status, RequestStatus::kRunning);
+  EXPECT_EQ(child.num_computed_tokens, 10);
+  // Blocks 0 and 1 (tokens 0..7) shared, the partial third block copied into a fresh one.
+  ASSERT_EQ(child.cache.block_table.size(), 3u);
+  EXPECT_EQ(child.cache.block_table[0], parent.cache.block_table[0]);
+  EXPECT_EQ(child.cache.block_table[1], parent.cache.block_table[1]);
+  EXPECT_NE(child.cache.block_table[2], parent.cache.block_table[2]);
+  EXPECT_EQ(f.cache.blocks().ref_count(parent.cache.block_table[0]), 2);
+  EXPECT_EQ(f.scheduler.num_running(), 2);
+  ASSERT_TRUE(f.scheduler.check_invariants().ok());
+  f.scheduler.finish(1);
+  EXPECT_EQ(f.cache.blocks().ref_count(child.cache.block_table[0]), 1);
+  ASSERT_TRUE(f.scheduler.check_invariants().ok());
+}
+
+TEST(Scheduler, PendingChoicesOfAFinishedRequestRunAlone) {
+  Fixture f(64, 0, config(100, 100));
+  Request& parent = f.add(1, 10);
+  GenerationRequest g;
+  g.prompt_token_ids = parent.tokens;
+  g.max_tokens = 100;
+  Request& child = f.scheduler.add_fork(
+      std::make_unique<Request>(2, std::move(g), std::vector<int32_t>{}), parent);
+  f.scheduler.finish(1);  // aborted before its prompt ran
+  EXPECT_EQ(child.status, RequestStatus::kWaiting);
+  EXPECT_EQ(chunks(f.step()), (std::vector<std::pair<int64_t, int64_t>>{{2, 10}}));
+}
+
+TEST(Scheduler, NoForkBeyondMaxNumSeqs) {
+  Fixture f(64, 0, config(100, 100, 1));
+  Request& parent = f.add(1, 10);
+  GenerationRequest g;
+  g.prompt_token_ids = parent.tokens;
+  g.max_tokens = 100;
+  Request& child = f.scheduler.add_fork(
+      std::make_unique<Request>(2, std::move(g), std::vector<int32_t>{}), parent);
+  f.scheduler.advance(f.scheduler.schedule());
+  EXPECT_TRUE(f.scheduler.fork_pending(parent).empty());
+  EXPECT_EQ(child.status, RequestStatus::kWaiting);
+  EXPECT_TRUE(child.cache.block_table.empty());
+  ASSERT_TRUE(f.scheduler.check_invariants().ok());
 }
 
 }  // namespace

@@ -26,35 +26,33 @@ std::optional<ApiError> GenerationRun::submit(const std::vector<PromptInput>& pr
                                               const openai::SamplingFields& fields) {
   const Clock::time_point arrival = Clock::now();
   for (size_t p = 0; p < prompts.size(); ++p) {
-    for (int32_t c = 0; c < fields.n; ++c) {
-      runtime::GenerationRequest request;
-      request.prompt_token_ids = prompts[p].token_ids;
-      request.sampling = fields.sampling;
-      request.max_tokens = prompts[p].max_tokens;
-      request.priority = fields.priority;
-      request.cache_salt = fields.cache_salt;
-      request.choice_index = static_cast<uint32_t>(c);
-      Result<std::shared_ptr<runtime::RequestStream>> stream =
-          model_.engine->submit(std::move(request));
-      if (!stream.ok()) {
-        // Whatever was submitted is cancelled by the destructor, not counted as a departed
-        // client: forget it here.
-        for (ChoiceState& choice : choices_) {
-          model_.engine->cancel(choice.stream->id());
-          choice.finished = true;
-        }
-        if (stream.status().code() == StatusCode::kResourceExhausted) {
-          metrics_.on_rejected("queue_full");
-          return overloaded(stream.status());
-        }
-        metrics_.on_rejected("invalid_request");
-        return ApiError::from_status(stream.status());
+    runtime::GenerationRequest request;
+    request.prompt_token_ids = prompts[p].token_ids;
+    request.sampling = fields.sampling;
+    request.max_tokens = prompts[p].max_tokens;
+    request.priority = fields.priority;
+    request.cache_salt = fields.cache_salt;
+    Result<std::vector<std::shared_ptr<runtime::RequestStream>>> streams =
+        model_.engine->submit_choices(std::move(request), fields.n);
+    if (!streams.ok()) {
+      // Whatever was submitted is cancelled by the destructor, not counted as a departed client:
+      // forget it here.
+      for (ChoiceState& choice : choices_) {
+        model_.engine->cancel(choice.stream->id());
+        choice.finished = true;
       }
+      if (streams.status().code() == StatusCode::kResourceExhausted) {
+        metrics_.on_rejected("queue_full");
+        return overloaded(streams.status());
+      }
+      metrics_.on_rejected("invalid_request");
+      return ApiError::from_status(streams.status());
+    }
+    for (size_t c = 0; c < streams->size(); ++c) {
       ChoiceState choice;
-      choice.index =
-          static_cast<uint32_t>(p * static_cast<size_t>(fields.n) + static_cast<size_t>(c));
+      choice.index = static_cast<uint32_t>(p * streams->size() + c);
       choice.prompt_index = p;
-      choice.stream = std::move(*stream);
+      choice.stream = std::move((*streams)[c]);
       choice.timer = RequestTimer(arrival);
       choices_.push_back(std::move(choice));
     }

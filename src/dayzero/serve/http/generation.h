@@ -1,6 +1,7 @@
 #pragma once
-// One HTTP request's generation: its prompts × n choices submitted to the engine as separate
-// requests (choice_index 0..n-1 on one seed), their outputs gathered as they arrive, metrics
+// One HTTP request's generation: each prompt submitted to the engine with its n choices (one
+// stream each, choice_index 0..n-1 on one seed, the prompt computed once), their outputs gathered
+// as they arrive, metrics
 // recorded, and everything still running cancelled when the run is dropped early (the client
 // left, the server stops, a sibling failed).
 
