@@ -1,12 +1,23 @@
 #include "dayzero/cli/engine_request.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "dayzero/cli/engine_args.h"
 
 namespace dz::cli {
+
+runtime::TokenBytesFn token_bytes_of(const serve::Tokenizer& tokenizer) {
+  return [&tokenizer](int32_t id) -> std::optional<std::string> {
+    std::optional<std::string_view> bytes = tokenizer.token_bytes(id);
+    if (!bytes) return std::nullopt;
+    return std::string(*bytes);
+  };
+}
 
 Status run_request(runtime::EngineCore& engine, runtime::GenerationRequest request,
                    const OutputFn& on_output) {

@@ -11,8 +11,12 @@
 #include "dayzero/core/status.h"
 #include "dayzero/model/causal_lm.h"
 #include "dayzero/runtime/engine_core.h"
+#include "dayzero/serve/tokenizer/tokenizer.h"
 
 namespace dz::cli {
+
+// The engine's view of the tokenizer (EngineConfig::token_bytes); tokenizer must outlive it.
+runtime::TokenBytesFn token_bytes_of(const serve::Tokenizer& tokenizer);
 
 using OutputFn = std::function<Status(runtime::RequestOutput& output)>;
 

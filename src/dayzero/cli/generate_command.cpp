@@ -15,9 +15,7 @@
 #include <cstdio>
 #include <ctime>
 #include <memory>
-#include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -101,12 +99,7 @@ Status run(const GenerateArgs& args) {
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::CausalLm> model, load_model(args.model));
   DZ_ASSIGN_OR_RETURN(runtime::EngineConfig config, engine_config(args.model, args.engine));
   config.eos_token_ids = defaults.eos_token_ids;
-  const serve::Tokenizer* tok = tokenizer.get();
-  config.token_bytes = [tok](int32_t id) -> std::optional<std::string> {
-    std::optional<std::string_view> bytes = tok->token_bytes(id);
-    if (!bytes) return std::nullopt;
-    return std::string(*bytes);
-  };
+  config.token_bytes = token_bytes_of(*tokenizer);
   const ExecContext ctx = exec_context(args.model);
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<runtime::EngineCore> engine,
                       runtime::EngineCore::create(*model, ctx, config));

@@ -154,6 +154,7 @@ struct EngineCore::Impl {
 
   // Scratch of one step.
   BatchBuffers batch_buffers;
+  BatchBuffers mtp_batch_buffers;
   std::vector<int64_t> logits_rows;
   std::vector<float> logits;
   std::vector<float> mtp_logits;
@@ -536,7 +537,7 @@ Status EngineCore::Impl::run_mtp(std::span<StepChunk> chunks) {
         const auto next = static_cast<size_t>(pos + 1);
         return next < tokens.size() ? tokens[next] : chunks[s].next_token;
       },
-      batch_buffers);
+      mtp_batch_buffers);
   const auto vocab = static_cast<size_t>(vocab_size);
   mtp_logits.resize(rows.size() * vocab);
   DZ_RETURN_IF_ERROR(model->forward_mtp(ctx, mtp_batch, cache, rows, mtp_logits.data(), nullptr));
