@@ -6,7 +6,7 @@
 // prefill and decode times (wall and process CPU) for benchmarks (bench/peer_demo.py).
 // The prompt is one request through the serving engine (engine_request.h), with the server's
 // stop strings, UTF-8 hold-back, sampling and generation_config.json's eos ids and BOS; the engine
-// flags apply.
+// flags apply, but the KV cache holds just the request unless --num-blocks is given.
 // With --prompts-file FILE.jsonl instead of --prompt, every prompt of the file runs concurrently
 // through the engine (generate_batch.h), one JSON line per prompt.
 
@@ -100,6 +100,13 @@ Status run(const GenerateArgs& args) {
   DZ_ASSIGN_OR_RETURN(runtime::EngineConfig config, engine_config(args.model, args.engine));
   config.eos_token_ids = defaults.eos_token_ids;
   config.token_bytes = token_bytes_of(*tokenizer);
+  if (args.engine.num_blocks == 0) {
+    // One request needs no pool of --kv-cache-memory (whose allocation alone takes most of a
+    // short run): the blocks of its whole context, with no reserve beside them.
+    config.num_blocks =
+        1 + (num_prompt + args.max_tokens + config.block_size - 1) / config.block_size;
+    config.reserve_blocks = 0;
+  }
   const ExecContext ctx = exec_context(args.model);
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<runtime::EngineCore> engine,
                       runtime::EngineCore::create(*model, ctx, config));
