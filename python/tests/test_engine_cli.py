@@ -1,4 +1,4 @@
-"""`dayzero generate --prompts-file` through the serving engine on the tiny deepseek_v32,
+"""`dayzero generate --prompts-file` (and `--prompt`) through the serving engine on the tiny deepseek_v32,
 kimi_linear and kimi_k3 checkpoints (serving.md §2–§3).
 
 1. Batched == alone: six prompts of 5–100 tokens (up to 7 blocks of 16) run together with a
@@ -13,6 +13,8 @@ kimi_linear and kimi_k3 checkpoints (serving.md §2–§3).
 3. Preemption: a pool of 12 blocks for six requests needing up to 8 each forces preemption and
    recompute; the tokens equal the roomy alone run.
 4. Bad prompts-file lines are refused with exit code 1, naming the line and the field.
+5. `generate --prompt` is one request of the same engine: the text and tokens of the same prompt
+   as a prompts-file line, and a stop string cuts it where the text first contains it.
 
 Tolerances (models.md §8.1): batch composition, chunking and recompute change only the FP32
 summation order and which MLA form runs (see test_deepseek_v32_cli.py), so max |a − b| over a
@@ -209,6 +211,34 @@ class EngineCli(unittest.TestCase):
                 for i in range(n):
                     self.assert_same_completion(f"{arch} preempted prompt {i}", ours[i], ref[i],
                                                 None, ref_logits[i])
+
+    def test_prompt_is_one_request_of_the_same_engine(self):
+        """generate --prompt runs the path of --prompts-file: the same text and tokens, greedy
+        and sampled, a stop string cut the same way."""
+        for arch in ("deepseek_v32", "kimi_k3"):
+            for flags in ((), ("--temperature", 0.8, "--seed", 3)):
+                with self.subTest(arch=arch, flags=flags):
+                    batch, _, _ = self.generate(arch, [{"prompt": "hello world"}], *flags,
+                                                name="one")
+                    proc = run_dayzero("generate", "--model", self.dirs[arch], "--prompt",
+                                       "hello world", "--threads", 1, "--block-size", BLOCK,
+                                       "--max-tokens", MAX_TOKENS, "--num-blocks", 256,
+                                       "--timing", *flags)
+                    self.assertEqual(proc.returncode, 0, proc.stderr)
+                    self.assertEqual(proc.stdout, batch[0]["text"] + "\n")
+                    timing = [json.loads(line) for line in proc.stderr.splitlines()
+                              if line.startswith("{")]
+                    self.assertEqual(timing[0]["tokens"], batch[0]["tokens"])
+                    text = batch[0]["text"]
+                    if len(text) < 2:
+                        continue
+                    stop = text[len(text) // 2:][:2]
+                    cut = run_dayzero("generate", "--model", self.dirs[arch], "--prompt",
+                                      "hello world", "--threads", 1, "--block-size", BLOCK,
+                                      "--max-tokens", MAX_TOKENS, "--num-blocks", 256,
+                                      "--stop", stop, *flags)
+                    self.assertEqual(cut.returncode, 0, cut.stderr)
+                    self.assertEqual(cut.stdout, text[:text.index(stop)] + "\n")
 
     def test_bad_prompts_file_lines(self):
         arch = "kimi_k3"

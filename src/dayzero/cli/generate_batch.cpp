@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dayzero/cli/engine_request.h"
 #include "dayzero/core/logging.h"
 #include "dayzero/formats/npy.h"
 #include "dayzero/runtime/engine.h"
@@ -118,12 +119,7 @@ Status run_prompts_file(const BatchGenerateArgs& args) {
   config.max_queued_requests =
       std::max(config.max_queued_requests, static_cast<int64_t>(requests.size()));
   config.eos_token_ids = defaults.eos_token_ids;
-  const serve::Tokenizer* tok = tokenizer.get();
-  config.token_bytes = [tok](int32_t id) -> std::optional<std::string> {
-    std::optional<std::string_view> bytes = tok->token_bytes(id);
-    if (!bytes) return std::nullopt;
-    return std::string(*bytes);
-  };
+  config.token_bytes = token_bytes_of(*tokenizer);
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine,
                       runtime::Engine::create(*model, exec_context(args.model), config));
 

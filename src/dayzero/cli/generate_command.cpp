@@ -4,8 +4,11 @@
 // and text that may start a stop string held back), ending at an eos id of the checkpoint (unless
 // --ignore-eos), a stop string or after N tokens. --timing prints one JSON line on stderr with the
 // prefill and decode times (wall and process CPU) for benchmarks (bench/peer_demo.py).
+// The prompt is one request through the serving engine (engine_request.h), with the server's
+// stop strings, UTF-8 hold-back, sampling and generation_config.json's eos ids and BOS; the engine
+// flags apply, but the KV cache holds just the request unless --num-blocks is given.
 // With --prompts-file FILE.jsonl instead of --prompt, every prompt of the file runs concurrently
-// through the serving engine (generate_batch.h), one JSON line per prompt.
+// through the engine (generate_batch.h), one JSON line per prompt.
 
 #include <algorithm>
 #include <chrono>
@@ -19,14 +22,14 @@
 
 #include "dayzero/cli/commands.h"
 #include "dayzero/cli/default_model.h"
+#include "dayzero/cli/engine_args.h"
+#include "dayzero/cli/engine_request.h"
 #include "dayzero/cli/generate_batch.h"
 #include "dayzero/cli/model_args.h"
 #include "dayzero/core/logging.h"
+#include "dayzero/runtime/engine_core.h"
 #include "dayzero/runtime/generation_config.h"
 #include "dayzero/runtime/sampler.h"
-#include "dayzero/runtime/single_sequence.h"
-#include "dayzero/runtime/stop_strings.h"
-#include "dayzero/runtime/utf8_stream.h"
 #include "dayzero/serve/tokenizer/tokenizer.h"
 
 namespace dz::cli {
@@ -50,6 +53,20 @@ struct GenerateArgs {
   std::string dump_logits_dir;
 };
 
+// The flags' sampling parameters. Every flag has a default (greedy, no filters), so none is left
+// out for generation_config.json's sampling defaults: as a server request that sets every field.
+runtime::SamplingParams sampling_params(const GenerateArgs& args) {
+  runtime::SamplingParams s{.temperature = args.temperature,
+                            .top_p = args.top_p,
+                            .top_k = args.top_k,
+                            .min_p = args.min_p,
+                            .repetition_penalty = args.repetition_penalty,
+                            .seed = args.seed,
+                            .stop = args.stop};
+  s.ignore_eos = args.ignore_eos;
+  return s;
+}
+
 // CPU seconds of this process (all its threads).
 double process_cpu_seconds() {
   timespec ts{};
@@ -63,79 +80,76 @@ void write_out(const std::string& text) {
 }
 
 Status run(const GenerateArgs& args) {
-  runtime::SamplingParams sampling{.temperature = args.temperature,
-                                   .top_p = args.top_p,
-                                   .top_k = args.top_k,
-                                   .min_p = args.min_p,
-                                   .repetition_penalty = args.repetition_penalty,
-                                   .seed = args.seed,
-                                   .stop = args.stop};
-  sampling.ignore_eos = args.ignore_eos;
-  DZ_RETURN_IF_ERROR(runtime::validate_sampling_params(sampling));
-  DZ_ASSIGN_OR_RETURN(std::unique_ptr<serve::Tokenizer> tokenizer,
-                      serve::load_tokenizer(args.model.model_dir));
   DZ_ASSIGN_OR_RETURN(runtime::GenerationDefaults defaults,
                       runtime::load_generation_defaults(args.model.model_dir));
-  DZ_ASSIGN_OR_RETURN(std::vector<int32_t> prompt_ids, tokenizer->encode(args.prompt));
+  runtime::GenerationRequest request;
+  request.sampling = sampling_params(args);
+  request.max_tokens = args.max_tokens;
+  DZ_RETURN_IF_ERROR(runtime::validate_sampling_params(request.sampling));
+  DZ_ASSIGN_OR_RETURN(std::unique_ptr<serve::Tokenizer> tokenizer,
+                      serve::load_tokenizer(args.model.model_dir));
+  DZ_ASSIGN_OR_RETURN(request.prompt_token_ids, tokenizer->encode(args.prompt));
   if (defaults.add_bos_token && defaults.bos_token_id)
-    prompt_ids.insert(prompt_ids.begin(), *defaults.bos_token_id);
-  if (prompt_ids.empty())
+    request.prompt_token_ids.insert(request.prompt_token_ids.begin(), *defaults.bos_token_id);
+  if (request.prompt_token_ids.empty())
     return make_error(StatusCode::kInvalidArgument, "--prompt: the prompt encodes to no tokens");
+  const auto num_prompt = static_cast<int64_t>(request.prompt_token_ids.size());
 
+  // The serving engine with the same flags, eos ids and text stream as `dayzero serve`.
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::CausalLm> model, load_model(args.model));
-  for (int32_t id : prompt_ids)
-    if (id >= model->vocab_size())
-      return make_error(StatusCode::kInvalidArgument,
-                        "the tokenizer produced id {}, outside the model's vocabulary [0, {})", id,
-                        model->vocab_size());
+  DZ_ASSIGN_OR_RETURN(runtime::EngineConfig config, engine_config(args.model, args.engine));
+  config.eos_token_ids = defaults.eos_token_ids;
+  config.token_bytes = token_bytes_of(*tokenizer);
+  if (args.engine.num_blocks == 0) {
+    // One request needs no pool of --kv-cache-memory (whose allocation alone takes most of a
+    // short run): the blocks of its whole context, with no reserve beside them.
+    config.num_blocks =
+        1 + (num_prompt + args.max_tokens + config.block_size - 1) / config.block_size;
+    config.reserve_blocks = 0;
+  }
   const ExecContext ctx = exec_context(args.model);
-  const auto num_prompt = static_cast<int64_t>(prompt_ids.size());
-  DZ_ASSIGN_OR_RETURN(
-      runtime::SingleSequence seq,
-      runtime::SingleSequence::create(*model, num_prompt + args.max_tokens, args.model.block_size));
-  runtime::Sampler sampler(sampling, defaults.eos_token_ids);
-  runtime::Utf8Stream text;
-  runtime::StopMatcher stop(sampling.stop, sampling.include_stop_str_in_output);
-  std::vector<int32_t> output_ids;
-  std::vector<float> logits;
+  DZ_ASSIGN_OR_RETURN(std::unique_ptr<runtime::EngineCore> engine,
+                      runtime::EngineCore::create(*model, ctx, config));
 
-  auto start = std::chrono::steady_clock::now();
+  // The prefill is every step up to the first sample; each later step decodes one token. Step
+  // times leave out the writing of the text (timed from the end of the previous output).
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
   const double start_cpu = process_cpu_seconds();
-  DZ_RETURN_IF_ERROR(seq.extend(ctx, prompt_ids, /*all_logits=*/false, logits));
-  auto prefill_end = std::chrono::steady_clock::now();
-  const double prefill_cpu = process_cpu_seconds() - start_cpu;
-  // Decode steps alone (each one-token extend), without sampling and output; the first one apart
-  // (it builds the one-token oneDNN primitives).
+  Clock::time_point prefill_end;
+  double prefill_cpu = 0.0;
+  Clock::time_point step_start;
+  double step_start_cpu = 0.0;
   double decode_seconds = 0.0;
   double decode_cpu = 0.0;
   double first_step_seconds = 0.0;
   double first_step_cpu = 0.0;
-  int64_t num_decode_steps = 0;
-  int64_t num_generated = 0;
-  while (num_generated < args.max_tokens) {
-    const int32_t token = sampler.sample(logits, num_generated, prompt_ids, output_ids).token;
-    ++num_generated;
-    if (sampler.is_stop_token(token)) break;
-    output_ids.push_back(token);
-    write_out(stop.push(text.push(tokenizer->token_bytes(token).value_or(""))));
-    if (stop.stopped() || num_generated == args.max_tokens) break;
-    const auto step_start = std::chrono::steady_clock::now();
-    const double step_cpu = process_cpu_seconds();
-    DZ_RETURN_IF_ERROR(seq.extend(ctx, std::span<const int32_t>(&token, 1), false, logits));
-    const double cpu = process_cpu_seconds() - step_cpu;
-    const double wall =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
-    if (num_decode_steps == 0) {
-      first_step_seconds = wall;
-      first_step_cpu = cpu;
+  int64_t num_generated = 0;  // samples, an eos id included
+  std::vector<int32_t> output_ids;
+  DZ_RETURN_IF_ERROR(run_request(*engine, std::move(request), [&](runtime::RequestOutput& out) {
+    const auto now = Clock::now();
+    const double cpu = process_cpu_seconds();
+    if (num_generated == 0) {
+      prefill_end = now;
+      prefill_cpu = cpu - start_cpu;
+    } else {
+      const double wall = std::chrono::duration<double>(now - step_start).count();
+      if (num_generated == 1) {
+        first_step_seconds = wall;
+        first_step_cpu = cpu - step_start_cpu;
+      }
+      decode_seconds += wall;
+      decode_cpu += cpu - step_start_cpu;
     }
-    decode_cpu += cpu;
-    decode_seconds += wall;
-    ++num_decode_steps;
-  }
-  if (!stop.stopped()) write_out(stop.push(text.finish()) + stop.finish());
+    ++num_generated;
+    output_ids.insert(output_ids.end(), out.new_token_ids.begin(), out.new_token_ids.end());
+    write_out(out.new_text);
+    step_start = Clock::now();
+    step_start_cpu = process_cpu_seconds();
+    return Status::ok_status();
+  }));
   write_out("\n");
-  auto end = std::chrono::steady_clock::now();
+  const auto end = Clock::now();
   auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   spdlog::info("prompt {} tokens in {:.3f} s; {} generated in {:.3f} s", num_prompt,
                seconds(start, prefill_end), num_generated, seconds(prefill_end, end));
@@ -145,7 +159,7 @@ Status run(const GenerateArgs& args) {
                                    {"prefill_s", seconds(start, prefill_end)},
                                    {"prefill_cpu_s", prefill_cpu},
                                    {"generated", num_generated},
-                                   {"decode_steps", num_decode_steps},
+                                   {"decode_steps", num_generated - 1},
                                    {"decode_s", decode_seconds},
                                    {"decode_cpu_s", decode_cpu},
                                    {"decode_first_step_s", first_step_seconds},
@@ -163,13 +177,7 @@ Status run_batch(const GenerateArgs& args) {
                           .dump_logits_dir = args.dump_logits_dir,
                           .defaults = {}};
   batch.defaults.max_tokens = args.max_tokens;
-  batch.defaults.sampling = runtime::SamplingParams{.temperature = args.temperature,
-                                                    .top_p = args.top_p,
-                                                    .top_k = args.top_k,
-                                                    .min_p = args.min_p,
-                                                    .repetition_penalty = args.repetition_penalty,
-                                                    .seed = args.seed,
-                                                    .stop = args.stop};
+  batch.defaults.sampling = sampling_params(args);
   DZ_RETURN_IF_ERROR(runtime::validate_sampling_params(batch.defaults.sampling));
   return run_prompts_file(batch);
 }
@@ -179,8 +187,8 @@ Status run_batch(const GenerateArgs& args) {
 RunCommand add_generate_command(CLI::App& app) {
   auto* command = app.add_subcommand(
       "generate",
-      "Complete a prompt, streamed to stdout; or every prompt of a JSONL file at once through "
-      "the serving engine (the engine flags apply to --prompts-file only)");
+      "Complete a prompt through the serving engine, streamed to stdout; or every prompt of a "
+      "JSONL file at once, one JSON line each");
   auto args = std::make_shared<GenerateArgs>();
   add_model_options(*command, args->model, /*model_has_default=*/true);
   auto* prompt =

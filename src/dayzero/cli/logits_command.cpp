@@ -2,15 +2,16 @@
 // [--decode-from K] [--kv-cache-dtype fp8|bf16]`: float32 logits of every position, [n_tokens,
 // vocab]. Prefill (whole, or in chunks), then decode one token at a time from position K: every
 // split runs the same math, so the outputs agree (the test of the cache and the chunked paths).
+// One scoring request through the serving engine: the first K tokens its prompt (their logits
+// returned), the rest forced as its outputs, one decode step each.
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
 
 #include "dayzero/cli/commands.h"
+#include "dayzero/cli/engine_request.h"
 #include "dayzero/cli/model_args.h"
 #include "dayzero/formats/npy.h"
-#include "dayzero/runtime/single_sequence.h"
 
 namespace dz::cli {
 namespace {
@@ -38,37 +39,48 @@ Status run(const LogitsArgs& args) {
       return make_error(StatusCode::kInvalidArgument,
                         "--token-ids: id {} (index {}) is outside the vocabulary [0, {})", ids[i],
                         i, vocab);
-  const ExecContext ctx = exec_context(args.model);
-  DZ_ASSIGN_OR_RETURN(runtime::SingleSequence seq,
-                      runtime::SingleSequence::create(*model, num_tokens, args.model.block_size));
-
   const bool with_mtp = !args.mtp_output.empty();
   if (with_mtp && !model->has_mtp())
     return make_error(StatusCode::kUnsupported, "--mtp-output: the model has no MTP head");
   if (with_mtp && num_tokens < 2)
     return make_error(StatusCode::kInvalidArgument, "--mtp-output needs at least 2 token ids");
 
-  std::vector<float> all(static_cast<size_t>(num_tokens * vocab));  // [n_tokens, vocab]
-  // Row t predicts token t + 2 from tokens ≤ t + 1: [n_tokens − 1, vocab].
-  std::vector<float> mtp(with_mtp ? static_cast<size_t>((num_tokens - 1) * vocab) : 0);
-  std::vector<float> logits;
-  auto run_span = [&](int64_t begin, int64_t end) -> Status {
-    std::span<const int32_t> span(ids.data() + begin, static_cast<size_t>(end - begin));
-    DZ_RETURN_IF_ERROR(seq.extend(ctx, span, /*all_logits=*/true, logits));
-    std::copy(logits.begin(), logits.end(), all.begin() + begin * vocab);
-    const int64_t mtp_end = std::min(end, num_tokens - 1);  // the last token has no successor
-    if (!with_mtp || mtp_end <= begin) return Status::ok_status();
-    std::span<const int32_t> next(ids.data() + begin + 1, static_cast<size_t>(mtp_end - begin));
-    DZ_RETURN_IF_ERROR(seq.extend_mtp(ctx, next, logits));
-    std::copy(logits.begin(), logits.end(), mtp.begin() + begin * vocab);
-    return Status::ok_status();
-  };
-  const int64_t chunk = args.prefill_chunk > 0 ? args.prefill_chunk : decode_from;
-  for (int64_t begin = 0; begin < decode_from; begin += chunk)
-    DZ_RETURN_IF_ERROR(run_span(begin, std::min(begin + chunk, decode_from)));
-  for (int64_t pos = decode_from; pos < num_tokens; ++pos)
-    DZ_RETURN_IF_ERROR(run_span(pos, pos + 1));
+  // A prompt needs a token: decoding from 0 prefills the first one alone, which is the same
+  // one-token step.
+  const int64_t num_prompt = std::max<int64_t>(decode_from, 1);
+  runtime::GenerationRequest request;
+  request.prompt_token_ids.assign(ids.begin(), ids.begin() + num_prompt);
+  request.forced_output_token_ids.assign(ids.begin() + num_prompt, ids.end());
+  // The forced tokens, then one sample whose logits row is the last position's.
+  request.max_tokens = num_tokens - num_prompt + 1;
+  request.return_prompt_logits = true;
+  request.return_logits = true;
+  request.return_mtp_logits = with_mtp;
+  const int64_t chunk = args.prefill_chunk > 0 ? args.prefill_chunk : num_prompt;
+  DZ_ASSIGN_OR_RETURN(std::unique_ptr<runtime::EngineCore> engine,
+                      make_scoring_engine(*model, args.model, num_tokens, chunk));
 
+  std::vector<float> prompt_rows;  // positions [0, num_prompt − 1)
+  std::vector<float> output_rows;  // positions [num_prompt − 1, n_tokens) and a sampled token
+  // Row t predicts token t + 2 from tokens ≤ t + 1: [n_tokens − 1, vocab].
+  std::vector<float> mtp;
+  DZ_RETURN_IF_ERROR(run_request(*engine, std::move(request), [&](runtime::RequestOutput& out) {
+    prompt_rows.insert(prompt_rows.end(), out.new_prompt_logits.begin(),
+                       out.new_prompt_logits.end());
+    for (const std::vector<float>& row : out.new_logits)
+      output_rows.insert(output_rows.end(), row.begin(), row.end());
+    mtp.insert(mtp.end(), out.new_mtp_logits.begin(), out.new_mtp_logits.end());
+    return Status::ok_status();
+  }));
+  std::vector<float> all = std::move(prompt_rows);  // [n_tokens, vocab]
+  all.insert(all.end(), output_rows.begin(), output_rows.end());
+  const auto want = static_cast<size_t>(num_tokens * vocab);
+  const auto want_mtp = static_cast<size_t>(with_mtp ? (num_tokens - 1) * vocab : 0);
+  if (all.size() != want || mtp.size() != want_mtp)
+    return make_error(StatusCode::kInternal,
+                      "the engine returned {} logits rows and {} MTP rows for {} tokens",
+                      all.size() / static_cast<size_t>(vocab),
+                      mtp.size() / static_cast<size_t>(vocab), num_tokens);
   DZ_RETURN_IF_ERROR(formats::write_npy_f32(args.output, all, Shape{num_tokens, vocab}));
   if (with_mtp)
     DZ_RETURN_IF_ERROR(formats::write_npy_f32(args.mtp_output, mtp, Shape{num_tokens - 1, vocab}));

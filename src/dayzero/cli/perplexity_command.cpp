@@ -23,11 +23,11 @@
 #include "dayzero/cli/commands.h"
 #include "dayzero/cli/default_model.h"
 #include "dayzero/cli/engine_args.h"
+#include "dayzero/cli/engine_request.h"
 #include "dayzero/cli/model_args.h"
 #include "dayzero/core/logging.h"
 #include "dayzero/runtime/generation_config.h"
 #include "dayzero/runtime/perplexity.h"
-#include "dayzero/runtime/single_sequence.h"
 #include "dayzero/serve/tokenizer/tokenizer.h"
 
 namespace dz::cli {
@@ -143,29 +143,34 @@ Status run(const PerplexityArgs& args) {
     if (id >= vocab)
       return make_error(StatusCode::kInvalidArgument,
                         "--bos: bos_token_id {} is outside the vocabulary [0, {})", id, vocab);
-  const ExecContext ctx = exec_context(args.model);
+  DZ_ASSIGN_OR_RETURN(std::unique_ptr<runtime::EngineCore> scorer,
+                      make_scoring_engine(*model, args.model, window_len, args.prefill_chunk));
 
   runtime::PerplexitySummary summary;
   std::vector<double> window_nll;  // mean NLL of each window
-  std::vector<int32_t> window_ids(static_cast<size_t>(window_len));
-  std::vector<float> logits;
   const auto start = std::chrono::steady_clock::now();
   for (const runtime::TokenWindow& window : windows) {
-    std::copy(prefix.begin(), prefix.end(), window_ids.begin());
-    std::copy_n(ids.begin() + window.begin, window.num_tokens, window_ids.begin() + prefix.size());
-    DZ_ASSIGN_OR_RETURN(runtime::SingleSequence seq,
-                        runtime::SingleSequence::create(*model, window_len, args.model.block_size));
+    // One request per window, prefilled from position 0: the logits of every position but the
+    // last come back chunk by chunk, row t predicting token t + 1 (the one sample is ignored).
+    runtime::GenerationRequest request;
+    request.prompt_token_ids = prefix;
+    request.prompt_token_ids.insert(request.prompt_token_ids.end(), ids.begin() + window.begin,
+                                    ids.begin() + window.begin + window.num_tokens);
+    request.max_tokens = 1;
+    request.return_prompt_logits = true;
+    const std::vector<int32_t> window_ids = request.prompt_token_ids;
     double nll = 0;
-    for (int64_t begin = 0; begin < window_len; begin += args.prefill_chunk) {
-      const int64_t end = std::min(begin + args.prefill_chunk, window_len);
-      const std::span<const int32_t> all(window_ids);
-      DZ_RETURN_IF_ERROR(seq.extend(ctx, all.subspan(begin, end - begin), true, logits));
-      // Row t (position begin + t) predicts token begin + t + 1; the window's last has no target.
-      const int64_t num_rows = std::min(end, window_len - 1) - begin;
-      if (num_rows <= 0) continue;
-      nll += runtime::sum_nll(std::span<const float>(logits).first(num_rows * vocab), vocab,
-                              all.subspan(begin + 1, num_rows));
-    }
+    int64_t num_scored = 0;
+    DZ_RETURN_IF_ERROR(run_request(*scorer, std::move(request), [&](runtime::RequestOutput& out) {
+      const auto num_rows = static_cast<int64_t>(out.new_prompt_logits.size()) / vocab;
+      if (num_rows == 0) return Status::ok_status();
+      nll += runtime::sum_nll(
+          out.new_prompt_logits, vocab,
+          std::span<const int32_t>(window_ids)
+              .subspan(static_cast<size_t>(num_scored + 1), static_cast<size_t>(num_rows)));
+      num_scored += num_rows;
+      return Status::ok_status();
+    }));
     if (!std::isfinite(nll))
       return make_error(StatusCode::kInternal,
                         "window {} (tokens [{}, {})): the NLL is not finite (non-finite logits)",

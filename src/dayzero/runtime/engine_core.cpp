@@ -66,6 +66,69 @@ Status check_config(const EngineConfig& c, int64_t vocab_size) {
   return Status::ok_status();
 }
 
+// Positions [begin, begin + num_tokens) of one request in a forward batch.
+struct BatchSpan {
+  const Request* request = nullptr;
+  int64_t begin = 0;
+  int64_t num_tokens = 0;
+};
+
+// What a ForwardBatch points into.
+struct BatchBuffers {
+  std::vector<int32_t> token_ids;
+  std::vector<int32_t> positions;
+  std::vector<int64_t> slot_mapping;
+};
+
+// The one place a ForwardBatch of requests is made, for the main model and the MTP head alike:
+// token_at(span index, position) is the id fed at that position.
+template <typename TokenAt>
+model::ForwardBatch make_batch(std::span<const BatchSpan> spans, int64_t block_size,
+                               const TokenAt& token_at, BatchBuffers& buffers) {
+  size_t num_tokens = 0;
+  for (const BatchSpan& s : spans) num_tokens += static_cast<size_t>(s.num_tokens);
+  buffers.token_ids.resize(num_tokens);
+  buffers.positions.resize(num_tokens);
+  buffers.slot_mapping.resize(num_tokens);
+  model::ForwardBatch batch;
+  batch.block_size = block_size;
+  int64_t t = 0;
+  for (size_t s = 0; s < spans.size(); ++s) {
+    const BatchSpan& span = spans[s];
+    const Request& r = *span.request;
+    for (int64_t i = 0; i < span.num_tokens; ++i) {
+      const auto k = static_cast<size_t>(t + i);
+      buffers.token_ids[k] = token_at(s, span.begin + i);
+      buffers.positions[k] = static_cast<int32_t>(span.begin + i);
+      buffers.slot_mapping[k] = model::slot_of(r.cache.block_table, block_size, span.begin + i);
+    }
+    batch.sequences.push_back(model::SequenceSlice{.token_begin = t,
+                                                   .num_tokens = span.num_tokens,
+                                                   .pos_begin = span.begin,
+                                                   .block_table = r.cache.block_table,
+                                                   .state_slot = r.cache.state_slot});
+    t += span.num_tokens;
+  }
+  batch.token_ids = buffers.token_ids;
+  batch.positions = buffers.positions;
+  batch.slot_mapping = buffers.slot_mapping;
+  return batch;
+}
+
+// One scheduled chunk of a step: where its rows sit in the step's logits, and its output.
+struct StepChunk {
+  Request* request = nullptr;
+  int64_t begin = 0;  // its first position
+  int64_t num_tokens = 0;
+  int64_t first_row = 0;        // in the main model's logits: prompt rows, then the sampled one
+  int64_t num_prompt_rows = 0;  // return_prompt_logits
+  bool sampled = false;         // the chunk reaches the last token: its last row samples
+  int32_t next_token = -1;      // the sampled (or forced) token
+  int64_t first_mtp_row = 0;
+  int64_t num_mtp_rows = 0;
+  RequestOutput out;
+};
+
 }  // namespace
 
 struct EngineCore::Impl {
@@ -82,12 +145,16 @@ struct EngineCore::Impl {
   int64_t generation_tokens = 0;
   int64_t num_steps = 0;
 
+  // The MTP head over the step's first chunks (those of requests with return_mtp_logits), right
+  // after the forward pass that kept the main model's state; fills their new_mtp_logits.
+  Status run_mtp(std::span<StepChunk> chunks);
+
   // Scratch of one step.
-  std::vector<int32_t> token_ids;
-  std::vector<int32_t> positions;
-  std::vector<int64_t> slot_mapping;
+  BatchBuffers batch_buffers;
+  BatchBuffers mtp_batch_buffers;
   std::vector<int64_t> logits_rows;
   std::vector<float> logits;
+  std::vector<float> mtp_logits;
 };
 
 EngineCore::EngineCore(EngineConfig config, std::unique_ptr<Impl> impl)
@@ -196,6 +263,28 @@ Status EngineCore::validate_request(const GenerationRequest& request) const {
     return make_error(StatusCode::kInvalidArgument,
                       "max_tokens: a prompt of {} tokens + max_tokens {} exceeds max_model_len {}",
                       num_prompt, request.max_tokens, config_.max_model_len);
+  if (static_cast<int64_t>(request.forced_output_token_ids.size()) > request.max_tokens)
+    return make_error(StatusCode::kInvalidArgument,
+                      "forced_output_token_ids: {} tokens exceed max_tokens {}",
+                      request.forced_output_token_ids.size(), request.max_tokens);
+  for (size_t i = 0; i < request.forced_output_token_ids.size(); ++i) {
+    const int32_t id = request.forced_output_token_ids[i];
+    if (id < 0 || id >= impl_->vocab_size)
+      return make_error(StatusCode::kInvalidArgument,
+                        "forced_output_token_ids[{}]: token {} is outside the vocabulary [0, {})",
+                        i, id, impl_->vocab_size);
+  }
+  if (request.return_mtp_logits && !impl_->model->has_mtp())
+    return make_error(StatusCode::kUnsupported, "return_mtp_logits: the model has no MTP head");
+  // A prefix-cache hit computes no logits (and no MTP head records) for the positions it serves.
+  if (request.return_prompt_logits && config_.enable_prefix_caching)
+    return make_error(StatusCode::kInvalidArgument,
+                      "return_prompt_logits needs prefix caching off (a hit computes no logits "
+                      "for the positions it serves)");
+  if (request.return_mtp_logits && config_.enable_prefix_caching)
+    return make_error(StatusCode::kInvalidArgument,
+                      "return_mtp_logits needs prefix caching off (the MTP head's cache records "
+                      "exist only for positions the request computed)");
   if (!request.sampling.stop.empty() && !config_.token_bytes)
     return make_error(StatusCode::kInvalidArgument,
                       "stop: stop strings need the engine's token_bytes (no tokenizer given)");
@@ -226,6 +315,11 @@ Status EngineCore::add_choices(std::span<const int64_t> request_ids, GenerationR
   if (request_ids.empty())
     return make_error(StatusCode::kInvalidArgument, "add_choices: no request ids");
   DZ_RETURN_IF_ERROR(validate_request(request));
+  if (request.return_prompt_logits || request.return_mtp_logits ||
+      !request.forced_output_token_ids.empty())
+    return make_error(StatusCode::kInvalidArgument,
+                      "add_choices: scoring options (prompt or MTP logits, forced tokens) are "
+                      "for one choice");
   Scheduler& scheduler = *impl_->scheduler;
   for (size_t c = 0; c < request_ids.size(); ++c) {
     if (scheduler.find(request_ids[c]) != nullptr ||
@@ -297,6 +391,14 @@ std::string flush_text(Request& r, const TokenBytesFn& token_bytes) {
   return text;
 }
 
+// The logits rows of [from, to) within a span whose first position is `begin` and first batch
+// row `first_token`; the number of rows (0 for an empty range).
+int64_t push_rows(std::vector<int64_t>& rows, int64_t first_token, int64_t begin, int64_t from,
+                  int64_t to) {
+  for (int64_t p = from; p < to; ++p) rows.push_back(first_token + p - begin);
+  return std::max<int64_t>(0, to - from);
+}
+
 }  // namespace
 
 std::vector<RequestOutput> EngineCore::step() {
@@ -312,43 +414,42 @@ std::vector<RequestOutput> EngineCore::step() {
   const auto now = std::chrono::steady_clock::now();
   for (const ScheduledChunk& c : plan.chunks)
     if (!c.request->first_scheduled) c.request->first_scheduled = now;
-  // Decode rows first, then prefill chunks (serving.md §2.2), each group in scheduling order.
+  // Decode rows first, then prefill chunks (serving.md §2.2), each group in scheduling order;
+  // requests scored by the MTP head ahead of both, as the head's batch is a prefix of this one.
   std::stable_partition(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) {
     return c.num_tokens == 1 && c.request->num_computed_tokens >= c.request->num_prompt_tokens;
   });
+  std::stable_partition(plan.chunks.begin(), plan.chunks.end(),
+                        [](const ScheduledChunk& c) { return c.request->return_mtp_logits; });
 
-  const auto num_tokens = static_cast<size_t>(plan.num_scheduled_tokens);
-  m.token_ids.resize(num_tokens);
-  m.positions.resize(num_tokens);
-  m.slot_mapping.resize(num_tokens);
+  std::vector<StepChunk> chunks;
+  std::vector<BatchSpan> spans;
   m.logits_rows.clear();
-  model::ForwardBatch batch;
-  batch.block_size = config_.block_size;
-  std::vector<Request*> sampled;  // requests with a logits row, in row order
-  int64_t t = 0;
+  int64_t first_token = 0;
   for (const ScheduledChunk& c : plan.chunks) {
-    const Request& r = *c.request;
-    const int64_t begin = r.num_computed_tokens;
-    for (int64_t i = 0; i < c.num_tokens; ++i) {
-      const auto k = static_cast<size_t>(t + i);
-      m.token_ids[k] = r.tokens[static_cast<size_t>(begin + i)];
-      m.positions[k] = static_cast<int32_t>(begin + i);
-      m.slot_mapping[k] = model::slot_of(r.cache.block_table, config_.block_size, begin + i);
+    Request& r = *c.request;
+    StepChunk chunk;
+    chunk.request = &r;
+    chunk.begin = r.num_computed_tokens;
+    chunk.num_tokens = c.num_tokens;
+    chunk.first_row = static_cast<int64_t>(m.logits_rows.size());
+    const int64_t end = chunk.begin + c.num_tokens;
+    if (r.return_prompt_logits) {
+      const int64_t from = std::max(chunk.begin, r.num_prompt_logits_sent);
+      const int64_t to = std::min(end, r.num_prompt_tokens - 1);
+      chunk.num_prompt_rows = push_rows(m.logits_rows, first_token, chunk.begin, from, to);
+      r.num_prompt_logits_sent = std::max(r.num_prompt_logits_sent, to);
     }
-    batch.sequences.push_back(model::SequenceSlice{.token_begin = t,
-                                                   .num_tokens = c.num_tokens,
-                                                   .pos_begin = begin,
-                                                   .block_table = r.cache.block_table,
-                                                   .state_slot = r.cache.state_slot});
-    t += c.num_tokens;
-    if (begin + c.num_tokens == r.num_tokens()) {
-      m.logits_rows.push_back(t - 1);
-      sampled.push_back(c.request);
-    }
+    chunk.sampled = end == r.num_tokens();
+    if (chunk.sampled) m.logits_rows.push_back(first_token + c.num_tokens - 1);
+    spans.push_back({.request = &r, .begin = chunk.begin, .num_tokens = c.num_tokens});
+    chunks.push_back(std::move(chunk));
+    first_token += c.num_tokens;
   }
-  batch.token_ids = m.token_ids;
-  batch.positions = m.positions;
-  batch.slot_mapping = m.slot_mapping;
+  const model::ForwardBatch batch = make_batch(
+      spans, config_.block_size,
+      [&](size_t s, int64_t pos) { return spans[s].request->tokens[static_cast<size_t>(pos)]; },
+      m.batch_buffers);
   const auto vocab = static_cast<size_t>(m.vocab_size);
   m.logits.resize(m.logits_rows.size() * vocab);
 
@@ -371,23 +472,40 @@ std::vector<RequestOutput> EngineCore::step() {
   }
   scheduler.advance(plan);
   // n > 1: the other choices fork from a prompt just computed and sample from its logits row.
-  std::vector<size_t> sampled_rows(sampled.size());
-  for (size_t row = 0; row < sampled.size(); ++row) sampled_rows[row] = row;
-  for (size_t row = 0, num_rows = sampled.size(); row < num_rows; ++row) {
-    if (sampled[row]->pending_forks.empty()) continue;
-    for (Request* child : scheduler.fork_pending(*sampled[row])) {
-      sampled.push_back(child);
-      sampled_rows.push_back(row);
+  for (size_t i = 0, num_chunks = chunks.size(); i < num_chunks; ++i) {
+    if (!chunks[i].sampled || chunks[i].request->pending_forks.empty()) continue;
+    const int64_t row = chunks[i].first_row + chunks[i].num_prompt_rows;
+    for (Request* child : scheduler.fork_pending(*chunks[i].request)) {
+      StepChunk fork;
+      fork.request = child;
+      fork.begin = chunks[i].begin;
+      fork.first_row = row;
+      fork.sampled = true;
+      chunks.push_back(std::move(fork));
     }
   }
 
-  for (size_t i = 0; i < sampled.size(); ++i) {
-    Request& r = *sampled[i];
-    const std::span<const float> logits(m.logits.data() + sampled_rows[i] * vocab, vocab);
+  // Requests finish (their blocks freed) only after the MTP head has run over them.
+  for (StepChunk& c : chunks) {
+    Request& r = *c.request;
+    c.out = make_output(r);
+    if (c.num_prompt_rows > 0) {
+      const float* first = m.logits.data() + static_cast<size_t>(c.first_row) * vocab;
+      c.out.new_prompt_logits.assign(first, first + static_cast<size_t>(c.num_prompt_rows) * vocab);
+    }
+    if (!c.sampled) continue;
+    const std::span<const float> logits(
+        m.logits.data() + static_cast<size_t>(c.first_row + c.num_prompt_rows) * vocab, vocab);
+    const auto num_output = static_cast<size_t>(r.num_output_tokens());
+    const bool forced = num_output < r.forced_output_token_ids.size();
     const SampleResult sample =
-        r.sampler.sample(logits, r.num_output_tokens(), r.prompt(), r.output());
-    RequestOutput out = make_output(r);
-    if (r.sampler.is_stop_token(sample.token)) {
+        forced ? SampleResult{.token = r.forced_output_token_ids[num_output],
+                              .logprob = 0.0f,
+                              .top_logprobs = {}}
+               : r.sampler.sample(logits, r.num_output_tokens(), r.prompt(), r.output());
+    c.next_token = sample.token;
+    RequestOutput& out = c.out;
+    if (!forced && r.sampler.is_stop_token(sample.token)) {
       // EOS and stop ids end the completion and are not part of it.
       r.finish_reason = FinishReason::kStop;
     } else {
@@ -408,15 +526,71 @@ std::vector<RequestOutput> EngineCore::step() {
       out.finished = true;
       out.finish_reason = r.finish_reason;
     }
-    out.num_output_tokens = r.num_output_tokens();
-    if (out.finished) scheduler.finish(r.id);
-    outputs.push_back(std::move(out));
+  }
+  if (chunks.front().request->return_mtp_logits) {
+    const Status mtp = m.run_mtp(chunks);
+    if (!mtp.ok())
+      for (StepChunk& c : chunks)
+        if (c.request->return_mtp_logits) {
+          c.out.finished = true;
+          c.out.error = mtp;
+        }
+  }
+  for (StepChunk& c : chunks) {
+    const bool scored = !c.out.new_prompt_logits.empty() || !c.out.new_mtp_logits.empty();
+    if (!c.sampled && !scored && c.out.error.ok()) continue;  // a prefill chunk with no news
+    c.out.num_output_tokens = c.request->num_output_tokens();
+    if (c.out.finished) scheduler.finish(c.request->id);
+    outputs.push_back(std::move(c.out));
   }
   if (config_.check_invariants) {
     const Status inv = check_invariants();
     DZ_CHECK(inv.ok(), "after step {}: {}", m.num_steps, inv.message());
   }
   return outputs;
+}
+
+Status EngineCore::Impl::run_mtp(std::span<StepChunk> chunks) {
+  std::vector<BatchSpan> spans;
+  std::vector<int64_t> rows;
+  int64_t first_token = 0;
+  for (StepChunk& c : chunks) {
+    Request& r = *c.request;
+    if (!r.return_mtp_logits) break;  // they come first
+    const int64_t from = std::max(c.begin, r.num_mtp_logits_sent);
+    const int64_t to = std::min(c.begin + c.num_tokens, r.num_given_tokens() - 1);
+    c.first_mtp_row = static_cast<int64_t>(rows.size());
+    c.num_mtp_rows = push_rows(rows, first_token, c.begin, from, to);
+    r.num_mtp_logits_sent = std::max(r.num_mtp_logits_sent, to);
+    spans.push_back({.request = &r, .begin = c.begin, .num_tokens = c.num_tokens});
+    first_token += c.num_tokens;
+  }
+  // The last span's final position may go when its successor was sampled at the end of the
+  // request: no row is wanted and no later step reads its record of the head's cache.
+  const StepChunk& tail = chunks[spans.size() - 1];
+  if (tail.out.finished && tail.begin + tail.num_tokens >= tail.request->num_given_tokens() &&
+      --spans.back().num_tokens == 0)
+    spans.pop_back();
+  if (spans.empty()) return Status::ok_status();
+  // Position p feeds its successor: the next token of the request, or the one just sampled (an
+  // eos id is not appended).
+  const model::ForwardBatch mtp_batch = make_batch(
+      spans, coordinator->block_size(),
+      [&](size_t s, int64_t pos) {
+        const std::vector<int32_t>& tokens = spans[s].request->tokens;
+        const auto next = static_cast<size_t>(pos + 1);
+        return next < tokens.size() ? tokens[next] : chunks[s].next_token;
+      },
+      mtp_batch_buffers);
+  const auto vocab = static_cast<size_t>(vocab_size);
+  mtp_logits.resize(rows.size() * vocab);
+  DZ_RETURN_IF_ERROR(model->forward_mtp(ctx, mtp_batch, cache, rows, mtp_logits.data(), nullptr));
+  for (StepChunk& c : chunks) {
+    if (c.num_mtp_rows == 0) continue;
+    const float* first = mtp_logits.data() + static_cast<size_t>(c.first_mtp_row) * vocab;
+    c.out.new_mtp_logits.assign(first, first + static_cast<size_t>(c.num_mtp_rows) * vocab);
+  }
+  return Status::ok_status();
 }
 
 EngineMetrics EngineCore::metrics() const {

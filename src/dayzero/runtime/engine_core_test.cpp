@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <random>
@@ -620,6 +621,18 @@ TEST(EngineCore, ValidationErrorsNameTheField) {
   EXPECT_EQ(message(greedy(std::vector<int32_t>(20, 1), 30)),
             "max_tokens: 20 prompt + 30 new tokens need 7 KV blocks of 8 (3 for the prompt); the "
             "cache has 6, 2 of them reserved");
+  GenerationRequest forced = greedy({1}, 2);
+  forced.forced_output_token_ids = {1, 2, 3};
+  EXPECT_EQ(message(forced), "forced_output_token_ids: 3 tokens exceed max_tokens 2");
+  forced.forced_output_token_ids = {1, 48};
+  EXPECT_EQ(message(forced),
+            "forced_output_token_ids[1]: token 48 is outside the vocabulary [0, 48)");
+  GenerationRequest scored = greedy({1}, 2);
+  scored.return_prompt_logits = true;  // small_config caches prefixes
+  EXPECT_NE(message(scored).find("needs prefix caching off"), std::string::npos);
+  GenerationRequest mtp = greedy({1}, 2);
+  mtp.return_mtp_logits = true;
+  EXPECT_EQ(engine->add_request(9, mtp).code(), StatusCode::kUnsupported);  // no head
   EXPECT_FALSE(engine->has_unfinished_requests());
 
   EngineConfig wrong = small_config();
@@ -701,6 +714,130 @@ TEST(EngineCore, LogprobsAndLogitsWhenAsked) {
   }
   EXPECT_TRUE(results[2].logits.empty());
   EXPECT_TRUE(results[2].samples[0].top_logprobs.empty());
+}
+
+// A fresh seed for the random inputs, printed so that a failure can be rerun.
+uint64_t fresh_seed() {
+  const uint64_t seed = std::random_device{}();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  return seed;
+}
+
+// The logits rows the fake model gives every position of `tokens` ([tokens.size(), vocab]),
+// and its MTP head's rows for positions [0, tokens.size() - 1) (each fed its successor).
+std::vector<float> oracle_rows(std::span<const int32_t> tokens, bool hybrid) {
+  std::vector<float> rows(tokens.size() * static_cast<size_t>(kFakeVocab));
+  for (size_t t = 0; t < tokens.size(); ++t)
+    testing::fill_logits(testing::history_key(tokens.first(t + 1), hybrid),
+                         rows.data() + t * static_cast<size_t>(kFakeVocab));
+  return rows;
+}
+
+struct Scored {
+  std::vector<float> prompt_rows;
+  std::vector<float> output_rows;
+  std::vector<float> mtp_rows;
+  std::vector<int32_t> tokens;
+  int64_t num_outputs = 0;
+};
+
+Scored score(EngineCore& engine, GenerationRequest request) {
+  Scored scored;
+  EXPECT_TRUE(engine.add_request(1, std::move(request)).ok());
+  while (engine.has_unfinished_requests()) {
+    for (RequestOutput& out : engine.step()) {
+      EXPECT_TRUE(out.error.ok()) << out.error.to_string();
+      scored.prompt_rows.insert(scored.prompt_rows.end(), out.new_prompt_logits.begin(),
+                                out.new_prompt_logits.end());
+      for (const auto& row : out.new_logits)
+        scored.output_rows.insert(scored.output_rows.end(), row.begin(), row.end());
+      scored.mtp_rows.insert(scored.mtp_rows.end(), out.new_mtp_logits.begin(),
+                             out.new_mtp_logits.end());
+      scored.tokens.insert(scored.tokens.end(), out.new_token_ids.begin(), out.new_token_ids.end());
+      ++scored.num_outputs;
+    }
+  }
+  return scored;
+}
+
+EngineConfig scoring_config(int64_t chunk) {
+  EngineConfig c = small_config();
+  c.max_num_batched_tokens = chunk;
+  c.long_prefill_threshold = chunk;
+  c.enable_prefix_caching = false;
+  return c;
+}
+
+// `dayzero logits` and `dayzero perplexity`: prompt rows chunk by chunk, then teacher-forced
+// decode steps, every position's logits exactly once and in order.
+TEST_P(EngineCoreTest, PromptLogitsAndForcedTokensScoreEveryPosition) {
+  std::mt19937_64 rng(fresh_seed());
+  RecordingLm model(hybrid());
+  const std::vector<int32_t> ids = random_tokens(rng, 26);
+  const int64_t num_prompt = 21;
+  auto engine = make_engine(model, scoring_config(8));
+  GenerationRequest r;
+  r.prompt_token_ids.assign(ids.begin(), ids.begin() + num_prompt);
+  r.forced_output_token_ids.assign(ids.begin() + num_prompt, ids.end());
+  r.max_tokens = static_cast<int64_t>(ids.size()) - num_prompt + 1;
+  r.return_prompt_logits = true;
+  r.return_logits = true;
+  const Scored scored = score(*engine, r);
+
+  const std::vector<float> want = oracle_rows(ids, hybrid());
+  const auto vocab = static_cast<size_t>(kFakeVocab);
+  const auto split = static_cast<size_t>(num_prompt - 1) * vocab;
+  EXPECT_EQ(scored.prompt_rows, std::vector<float>(want.begin(), want.begin() + split));
+  EXPECT_EQ(scored.output_rows, std::vector<float>(want.begin() + split, want.end()));
+  // The forced tokens, then one greedy sample from the last row.
+  ASSERT_EQ(scored.tokens.size(), ids.size() - num_prompt + 1);
+  EXPECT_TRUE(std::equal(ids.begin() + num_prompt, ids.end(), scored.tokens.begin()));
+  const auto last = want.end() - static_cast<std::ptrdiff_t>(vocab);
+  EXPECT_EQ(scored.tokens.back(), std::max_element(last, want.end()) - last);
+  // Chunks of 8, 8, 5, then one decode step per forced token.
+  std::vector<int64_t> steps;
+  for (const auto& batch : model.batches) steps.push_back(batch.at(0).num_tokens);
+  EXPECT_EQ(steps, (std::vector<int64_t>{8, 8, 5, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(scored.num_outputs, 2 + 6);  // two prompt-only chunks, then a sample per step
+  expect_nothing_held(*engine);
+
+  // An eos id among the forced tokens does not end the request.
+  EngineConfig with_eos = scoring_config(8);
+  with_eos.eos_token_ids = {ids[num_prompt]};
+  auto eos_engine = make_engine(model, with_eos);
+  r.return_prompt_logits = false;
+  const Scored with_eos_scored = score(*eos_engine, r);
+  ASSERT_GE(with_eos_scored.tokens.size(), r.forced_output_token_ids.size());
+  EXPECT_TRUE(std::equal(r.forced_output_token_ids.begin(), r.forced_output_token_ids.end(),
+                         with_eos_scored.tokens.begin()));
+}
+
+TEST_P(EngineCoreTest, MtpLogitsOfEveryPositionWithAGivenSuccessor) {
+  std::mt19937_64 rng(fresh_seed());
+  RecordingLm model(hybrid());
+  model.with_mtp = true;
+  const std::vector<int32_t> ids = random_tokens(rng, 19);
+  std::vector<float> want_mtp;  // row t: the history through t + 1, as the plain model sees it
+  for (size_t t = 0; t + 1 < ids.size(); ++t) {
+    std::vector<float> row(static_cast<size_t>(kFakeVocab));
+    testing::fill_logits(testing::history_key(std::span(ids).first(t + 2), false), row.data());
+    want_mtp.insert(want_mtp.end(), row.begin(), row.end());
+  }
+  // The whole sequence as the prompt (in chunks of 6), and 12 prompt tokens then 7 forced.
+  for (const int64_t num_prompt : {int64_t{19}, int64_t{12}}) {
+    SCOPED_TRACE(num_prompt);
+    auto engine = make_engine(model, scoring_config(6));
+    GenerationRequest r;
+    r.prompt_token_ids.assign(ids.begin(), ids.begin() + num_prompt);
+    r.forced_output_token_ids.assign(ids.begin() + num_prompt, ids.end());
+    r.max_tokens = static_cast<int64_t>(ids.size()) - num_prompt + 1;
+    r.return_mtp_logits = true;
+    // A second request in the same batches: the head's batch is a prefix of the main one.
+    ASSERT_TRUE(engine->add_request(2, greedy({1, 2, 3}, 4)).ok());
+    const Scored scored = score(*engine, r);
+    EXPECT_EQ(scored.mtp_rows, want_mtp);
+    expect_nothing_held(*engine);
+  }
 }
 
 TEST_P(EngineCoreTest, AForwardErrorFailsItsBatchOnly) {

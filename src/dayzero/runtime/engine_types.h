@@ -48,6 +48,17 @@ struct GenerationRequest {
   std::string cache_salt;      // isolates prefix-cache entries between tenants
   uint32_t choice_index = 0;   // the sampler's choice stream (EngineCore::add_choices sets it)
   bool return_logits = false;  // tests and verification: the FP32 logits row of every sampled token
+  // Scoring (`dayzero logits`, `dayzero perplexity`; vLLM's prompt_logprobs, unreduced): the FP32
+  // logits of every prompt position but the last, row t predicting prompt token t + 1. The last
+  // position's row is the first sampled token's (return_logits). Needs prefix caching off.
+  bool return_prompt_logits = false;
+  // Teacher forcing: the first outputs are these ids instead of samples, one decode step each
+  // (eos ids among them do not end the request). At most max_tokens of them.
+  std::vector<int32_t> forced_output_token_ids;
+  // The MTP head's logits of every position t whose successor is given (a prompt or forced
+  // token), predicting token t + 2. Needs a model with an MTP head and prefix caching off (the
+  // head's cache records exist only for positions this request computed).
+  bool return_mtp_logits = false;
 };
 
 // One delta of a request's stream. The concatenation of every delta's new_token_ids is the
@@ -57,7 +68,11 @@ struct RequestOutput {
   std::vector<int32_t> new_token_ids;
   std::vector<SampleResult> new_samples;       // with logprobs when asked (token, logprob, top)
   std::vector<std::vector<float>> new_logits;  // return_logits: one [vocab] row per new token
-  std::string new_text;                        // empty without EngineConfig::token_bytes
+  // return_prompt_logits / return_mtp_logits: [rows, vocab], the positions this step scored in
+  // order (concatenated over the deltas: every prompt position but the last; every MTP row).
+  std::vector<float> new_prompt_logits;
+  std::vector<float> new_mtp_logits;
+  std::string new_text;  // empty without EngineConfig::token_bytes
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   bool aborted = false;  // cancelled (finish_reason stays kNone)

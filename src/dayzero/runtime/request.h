@@ -33,6 +33,9 @@ struct Request {
         max_tokens(request.max_tokens),
         cache_salt(std::move(request.cache_salt)),
         return_logits(request.return_logits),
+        return_prompt_logits(request.return_prompt_logits),
+        return_mtp_logits(request.return_mtp_logits),
+        forced_output_token_ids(std::move(request.forced_output_token_ids)),
         sampler(request.sampling, eos_token_ids, request.choice_index),
         stop_matcher(request.sampling.stop, request.sampling.include_stop_str_in_output) {}
 
@@ -54,6 +57,12 @@ struct Request {
   int64_t max_tokens = 0;
   std::string cache_salt;
   bool return_logits = false;
+  bool return_prompt_logits = false;
+  bool return_mtp_logits = false;
+  std::vector<int32_t> forced_output_token_ids;
+  // Positions below these were scored already (a recompute after preemption repeats none).
+  int64_t num_prompt_logits_sent = 0;
+  int64_t num_mtp_logits_sent = 0;
   Sampler sampler;
   StopMatcher stop_matcher;
   Utf8Stream utf8;
@@ -71,6 +80,10 @@ struct Request {
   }
   std::span<const int32_t> output() const {
     return std::span<const int32_t>(tokens).subspan(static_cast<size_t>(num_prompt_tokens));
+  }
+  // Prompt and forced tokens: the positions before the last of them have a given successor.
+  int64_t num_given_tokens() const {
+    return num_prompt_tokens + static_cast<int64_t>(forced_output_token_ids.size());
   }
   // Tokens still to run through the model (the last sampled one included).
   int64_t num_uncomputed() const { return num_tokens() - num_computed_tokens; }

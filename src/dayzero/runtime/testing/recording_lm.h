@@ -9,6 +9,7 @@
 // is refused with kInternal. expected_tokens() is the oracle: the same function on the true
 // history, sampled with the same Sampler.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -147,11 +148,49 @@ class RecordingLm : public model::CausalLm {
       if (hybrid_) std::memcpy(state_floats, st, sizeof(st));
     }
     batches.push_back(std::move(recorded));
+    last_positions_.assign(batch.positions.begin(), batch.positions.end());
     total_tokens += batch.num_tokens();
     return Status::ok_status();
   }
 
+  // With_mtp: an MTP head whose row for position t is mtp_logits_key(the cached history through
+  // t, then the token fed) — the main model's key of position t + 1 when that token is the
+  // successor. Its batch must sit at the last forward()'s first positions, as a real head's.
+  bool has_mtp() const override { return with_mtp; }
+  Status forward_mtp(const ExecContext&, const model::ForwardBatch& batch, model::KvCache& cache,
+                     std::span<const int64_t> logits_rows, float* out_logits,
+                     model::TapSink*) override {
+    if (!with_mtp) return make_error(StatusCode::kUnsupported, "recording model: no MTP head");
+    ++num_mtp_calls;
+    if (batch.positions.size() > last_positions_.size() ||
+        !std::equal(batch.positions.begin(), batch.positions.end(), last_positions_.begin()))
+      return make_error(StatusCode::kInvalidArgument,
+                        "MTP batch of {} tokens off the last forward()'s positions",
+                        batch.positions.size());
+    const std::byte* pool = cache.mla_layer(0).pool;
+    std::vector<int64_t> out_index(static_cast<size_t>(batch.num_tokens()), -1);
+    for (size_t r = 0; r < logits_rows.size(); ++r)
+      out_index.at(static_cast<size_t>(logits_rows[r])) = static_cast<int64_t>(r);
+    for (const model::SequenceSlice& seq : batch.sequences) {
+      for (int64_t i = 0; i < seq.num_tokens; ++i) {
+        const auto k = static_cast<size_t>(seq.token_begin + i);
+        if (out_index[k] < 0) continue;
+        uint64_t kv = kHistorySeed;
+        for (int64_t p = 0; p <= seq.pos_begin + i; ++p) {
+          int32_t token = 0;
+          std::memcpy(&token, pool + model::slot_of(seq.block_table, batch.block_size, p) * 4, 4);
+          kv = fold_token(kv, token);
+        }
+        fill_logits(fold_token(kv, batch.token_ids[k]), out_logits + out_index[k] * kFakeVocab);
+      }
+    }
+    return Status::ok_status();
+  }
+
   bool hybrid() const { return hybrid_; }
+
+  bool with_mtp = false;
+  int64_t num_mtp_calls = 0;
 
   bool fail_next = false;
   int64_t num_forward_calls = 0;
@@ -160,7 +199,15 @@ class RecordingLm : public model::CausalLm {
 
  private:
   bool hybrid_;
+  std::vector<int32_t> last_positions_;
 };
+
+// The logits key of the history `tokens` (plain model, or the MTP head at the last position).
+inline uint64_t history_key(std::span<const int32_t> tokens, bool hybrid) {
+  uint64_t h = kHistorySeed;
+  for (const int32_t t : tokens) h = fold_token(h, t);
+  return logits_key(h, h, hybrid);
+}
 
 // What the engine must produce for a prompt: the model's function on the true history, sampled by
 // a Sampler with the same parameters (EOS and stop ids end it and are not part of it).
