@@ -83,6 +83,8 @@ void DecoderLayer::attention(const ExecContext& ctx, const ForwardBatch& batch, 
   if (r_q > 0) {
     mla->q_latent(ctx, normed, T, c_q.data());
     tap(taps, layer_id, "q_latent", c_q.data(), {T, r_q});
+    if (const float* given = substitute(taps, layer_id, "q_latent", {T, r_q}))
+      std::copy(given, given + T * r_q, c_q.begin());
   }
   TokenSelection attend;
   std::vector<int32_t> selection;
@@ -92,6 +94,8 @@ void DecoderLayer::attention(const ExecContext& ctx, const ForwardBatch& batch, 
     selection.resize(static_cast<size_t>(T * K));  // [T, K], −1 padded
     indexer->select(ctx, batch, normed, c_q.data(), cache.index_layer(layer_id), selection, scratch,
                     taps, layer_id);  // taps "index_selection"
+    if (const float* given = substitute(taps, layer_id, "index_selection", {T, K}))
+      for (size_t i = 0; i < selection.size(); ++i) selection[i] = static_cast<int32_t>(given[i]);
     scratch.reset();
     // While every token sees at most K positions the selection is the whole causal prefix
     // (models.md §3.3), so dense attention is the same set and cheaper.

@@ -17,6 +17,13 @@ void CapturingTapSink::on_tap(int layer_id, std::string_view name, const float* 
   a.data.assign(data, data + shape.num_elems());
 }
 
+const float* CapturingTapSink::substitute(int layer_id, std::string_view name, const Shape& shape) {
+  if (given_ == nullptr || std::find(names_.begin(), names_.end(), name) == names_.end())
+    return nullptr;
+  auto it = given_->find({layer_id, std::string(name)});
+  return it != given_->end() && it->second.shape == shape ? it->second.data.data() : nullptr;
+}
+
 namespace {
 
 // One sequence of token ids at positions 0…T−1 over a fresh KV cache (the trivial block
@@ -168,56 +175,40 @@ Status compare_tap(const TapMap& ours, const TapMap& ref, int layer_id, const st
   return Status::ok_status();
 }
 
-// MLA + DSA indexer on the reference's attention input and q latent (models.md §8.1): indexer
-// scores at the selected positions, the selected sets up to near-ties, then sparse attention over
-// the reference's own selection.
-Status dsa_mla_rows(const ExecContext& ctx, const DecoderLayer& layer, FreshSequence& seq,
-                    const TapMap& ref, const float* attn_norm, Arena& scratch, float* out,
+// The indexer's rows from a layer run on the reference's q latent (models.md §8.1): its scores at
+// the positions it selected against the reference's, and the selected sets up to near-ties.
+Status indexer_rows(const DecoderLayer& layer, int64_t T, const TapMap& ours, const TapMap& ref,
                     std::vector<VerifyRow>& rows) {
-  const ForwardBatch& batch = seq.batch;
   const int l = layer.layer_id;
-  const int64_t T = batch.num_tokens(), K = layer.indexer->config().index_topk;
-  const int64_t r_q = layer.mla->config().q_lora_rank;
+  const int64_t K = layer.indexer->config().index_topk;
   const char* kRef = "reference";
-  DZ_ASSIGN_OR_RETURN(const TapArray* q_latent, need(ref, l, "q_latent", {T, r_q}, kRef));
   DZ_ASSIGN_OR_RETURN(const TapArray* ref_scores, need(ref, l, "index_scores", {T, T}, kRef));
   DZ_ASSIGN_OR_RETURN(const TapArray* ref_sel, need(ref, l, "index_selection", {T, K}, kRef));
-  std::vector<int32_t> selection(static_cast<size_t>(T * K));
-  CapturingTapSink sink;
-  scratch.reset();
-  layer.indexer->select(ctx, batch, attn_norm, q_latent->data.data(), seq.cache.index_layer(l),
-                        selection, scratch, &sink, l);
-  DZ_ASSIGN_OR_RETURN(const TapArray* our_scores,
-                      need(sink.taps(), l, "index_scores", {T, K}, "engine"));
-  std::vector<float> ours, theirs;
+  DZ_ASSIGN_OR_RETURN(const TapArray* our_scores, need(ours, l, "index_scores", {T, K}, "engine"));
+  DZ_ASSIGN_OR_RETURN(const TapArray* our_sel, need(ours, l, "index_selection", {T, K}, "engine"));
+  std::vector<int32_t> selection(our_sel->data.begin(), our_sel->data.end());
+  std::vector<float> a, b;
   for (int64_t t = 0; t < T; ++t)
     for (int64_t j = 0; j < K; ++j) {
       const int32_t s = selection[static_cast<size_t>(t * K + j)];
       if (s < 0 || s > t) continue;
-      ours.push_back(our_scores->data[static_cast<size_t>(t * K + j)]);
-      theirs.push_back(ref_scores->data[static_cast<size_t>(t * T + s)]);
+      a.push_back(our_scores->data[static_cast<size_t>(t * K + j)]);
+      b.push_back(ref_scores->data[static_cast<size_t>(t * T + s)]);
     }
   rows.push_back(below("operator", l, "index_scores", "rel_rms",
-                       rel_rms(ours.data(), theirs.data(), static_cast<int64_t>(ours.size())),
+                       rel_rms(a.data(), b.data(), static_cast<int64_t>(a.size())),
                        kOperatorRelRms));
   rows.push_back(count_at_most("operator", l, "index_selection", "rows_beyond_gap",
                                indexer_unexplained_rows(selection.data(), ref_sel->data.data(),
                                                         ref_scores->data.data(), T, K),
                                0));
-  // Sparse attention over the reference's selection (dense while every t + 1 ≤ K: the same set,
-  // as the model runs it).
-  std::vector<int32_t> forced_sel(static_cast<size_t>(T * K));
-  for (size_t i = 0; i < forced_sel.size(); ++i)
-    forced_sel[i] = static_cast<int32_t>(ref_sel->data[i]);
-  const TokenSelection attend =
-      T > K ? TokenSelection{.positions = forced_sel, .width = K} : TokenSelection{};
-  scratch.reset();
-  layer.mla->forward(ctx, batch, attn_norm, q_latent->data.data(), seq.cache.mla_layer(l), attend,
-                     out, scratch, nullptr, l);
   return Status::ok_status();
 }
 
-// The token mixer of `layer` on the reference's attention input.
+// The token mixer of `layer` as the model runs it (DecoderLayer::attention), on the reference's
+// attention input, with the reference's q latent and indexer selection carried on in place of
+// the engine's own (the engine's are compared first), so attention is checked on the reference's
+// sparse set.
 Status mixer_rows(const ExecContext& ctx, const DecoderLayer& layer, FreshSequence& seq,
                   const TapMap& ref, Arena& scratch, std::vector<VerifyRow>& rows) {
   const ForwardBatch& batch = seq.batch;
@@ -225,13 +216,16 @@ Status mixer_rows(const ExecContext& ctx, const DecoderLayer& layer, FreshSequen
   const int64_t T = batch.num_tokens(), d = layer.hidden_size;
   const char* kRef = "reference";
   DZ_ASSIGN_OR_RETURN(const TapArray* attn_norm, need(ref, l, "attn_norm", {T, d}, kRef));
+  const int64_t r_q = layer.mla != nullptr ? layer.mla->config().q_lora_rank : 0;
+  if (r_q > 0) DZ_RETURN_IF_ERROR(need(ref, l, "q_latent", {T, r_q}, kRef).status());
+  if (layer.indexer != nullptr) {
+    const int64_t K = layer.indexer->config().index_topk;
+    DZ_RETURN_IF_ERROR(need(ref, l, "index_selection", {T, K}, kRef).status());
+  }
+  CapturingTapSink sink(&ref, {"q_latent", "index_selection"});
   std::vector<float> out(static_cast<size_t>(T * d));
+  layer.attention(ctx, batch, seq.cache, attn_norm->data.data(), out.data(), scratch, &sink);
   if (layer.kda != nullptr) {
-    // KDA from a zero state: every intermediate the block taps, then its output.
-    CapturingTapSink sink;
-    scratch.reset();
-    layer.kda->forward(ctx, batch, attn_norm->data.data(), seq.cache.kda_layer(l), out.data(),
-                       scratch, &sink, l);
     const KdaConfig& c = layer.kda->config();
     const int64_t width = c.num_heads * c.head_dim;
     for (const char* name : {"kda_q", "kda_k", "kda_v", "kda_g", "kda_core"})
@@ -239,27 +233,11 @@ Status mixer_rows(const ExecContext& ctx, const DecoderLayer& layer, FreshSequen
           compare_tap(sink.taps(), ref, l, name, {T, width}, "operator", kOperatorRelRms, rows));
     DZ_RETURN_IF_ERROR(compare_tap(sink.taps(), ref, l, "kda_beta", {T, c.num_heads}, "operator",
                                    kOperatorRelRms, rows));
-  } else {
-    // q latent from the reference's attention input; the blocks below read the reference's.
-    const int64_t r_q = layer.mla->config().q_lora_rank;
-    const TapArray* q_latent = nullptr;
-    if (r_q > 0) {
-      DZ_ASSIGN_OR_RETURN(q_latent, need(ref, l, "q_latent", {T, r_q}, kRef));
-      std::vector<float> c_q(static_cast<size_t>(T * r_q));
-      layer.mla->q_latent(ctx, attn_norm->data.data(), T, c_q.data());
-      rows.push_back(below("operator", l, "q_latent", "rel_rms",
-                           rel_rms(c_q.data(), q_latent->data.data(), T * r_q), kOperatorRelRms));
-    }
-    if (layer.indexer != nullptr) {
-      DZ_RETURN_IF_ERROR(
-          dsa_mla_rows(ctx, layer, seq, ref, attn_norm->data.data(), scratch, out.data(), rows));
-    } else {
-      scratch.reset();
-      layer.mla->forward(ctx, batch, attn_norm->data.data(),
-                         q_latent != nullptr ? q_latent->data.data() : nullptr,
-                         seq.cache.mla_layer(l), TokenSelection{}, out.data(), scratch, nullptr, l);
-    }
   }
+  if (r_q > 0)
+    DZ_RETURN_IF_ERROR(
+        compare_tap(sink.taps(), ref, l, "q_latent", {T, r_q}, "operator", kOperatorRelRms, rows));
+  if (layer.indexer != nullptr) DZ_RETURN_IF_ERROR(indexer_rows(layer, T, sink.taps(), ref, rows));
   kernels::round_to_bf16(out.data(), T * d);
   DZ_ASSIGN_OR_RETURN(const TapArray* attn_out, need(ref, l, "attn_out", {T, d}, kRef));
   rows.push_back(below("operator", l, "attn_out", "rel_rms",
@@ -267,8 +245,8 @@ Status mixer_rows(const ExecContext& ctx, const DecoderLayer& layer, FreshSequen
   return Status::ok_status();
 }
 
-// The FFN of `layer` on the reference's FFN input: routing first, then the experts with the
-// reference's decisions.
+// The FFN of `layer` as the model runs it (DecoderLayer::ffn) on the reference's FFN input: the
+// engine's routing is compared, then the experts run on the reference's decisions.
 Status ffn_rows(const ExecContext& ctx, const DecoderLayer& layer, int64_t T, const TapMap& ref,
                 Arena& scratch, std::vector<VerifyRow>& rows) {
   const int l = layer.layer_id;
@@ -276,41 +254,34 @@ Status ffn_rows(const ExecContext& ctx, const DecoderLayer& layer, int64_t T, co
   const char* kRef = "reference";
   DZ_ASSIGN_OR_RETURN(const TapArray* ffn_norm, need(ref, l, "ffn_norm", {T, d}, kRef));
   DZ_ASSIGN_OR_RETURN(const TapArray* ffn_out, need(ref, l, "ffn_out", {T, d}, kRef));
+  if (layer.moe != nullptr) {
+    const int64_t k = layer.moe->config().num_experts_per_tok;
+    DZ_RETURN_IF_ERROR(need(ref, l, "routing_ids", {T, k}, kRef).status());
+    DZ_RETURN_IF_ERROR(need(ref, l, "routing_weights", {T, k}, kRef).status());
+  }
+  CapturingTapSink sink(&ref, {"routing_ids", "routing_weights"});
   std::vector<float> out(static_cast<size_t>(T * d));
-  scratch.reset();
+  layer.ffn(ctx, ffn_norm->data.data(), T, out.data(), scratch, &sink);
   if (layer.moe != nullptr) {
     const MoeConfig& c = layer.moe->config();
     const int64_t E = c.num_experts, k = c.num_experts_per_tok;
+    DZ_RETURN_IF_ERROR(compare_tap(sink.taps(), ref, l, "router_scores", {T, E}, "operator",
+                                   kOperatorRelRms, rows));
     DZ_ASSIGN_OR_RETURN(const TapArray* ref_router, need(ref, l, "router_scores", {T, E}, kRef));
     DZ_ASSIGN_OR_RETURN(const TapArray* ref_ids, need(ref, l, "routing_ids", {T, k}, kRef));
-    DZ_ASSIGN_OR_RETURN(const TapArray* ref_w, need(ref, l, "routing_weights", {T, k}, kRef));
-    RoutingResult routing;
-    route_grouped_sigmoid(ctx, c, layer.moe->weights(), ffn_norm->data.data(), T, d, routing);
-    rows.push_back(below("operator", l, "router_scores", "rel_rms",
-                         rel_rms(routing.scores.data(), ref_router->data.data(), T * E),
-                         kOperatorRelRms));
+    DZ_ASSIGN_OR_RETURN(const TapArray* our_ids,
+                        need(sink.taps(), l, "routing_ids", {T, k}, "engine"));
+    const std::vector<int32_t> ids(our_ids->data.begin(), our_ids->data.end());
     rows.push_back(count_at_most(
         "operator", l, "routing_ids", "tokens_beyond_gap",
-        routing_unexplained_tokens(routing.expert_ids, ref_ids->data.data(),
-                                   ref_router->data.data(),
+        routing_unexplained_tokens(ids, ref_ids->data.data(), ref_router->data.data(),
                                    layer.moe->weights().e_score_correction_bias, T, k, E),
         0));
-    RoutingResult forced;
-    forced.expert_ids.resize(static_cast<size_t>(T * k));
-    for (size_t i = 0; i < forced.expert_ids.size(); ++i)
-      forced.expert_ids[i] = static_cast<int32_t>(ref_ids->data[i]);
-    forced.weights = ref_w->data;
-    CapturingTapSink sink;
-    layer.moe->forward(ctx, ffn_norm->data.data(), T, out.data(), scratch, &sink, l, &forced);
     if (layer.moe->weights().latent_down_proj) {
       const int64_t r = layer.moe->weights().latent_down_proj->out_features();
       DZ_RETURN_IF_ERROR(
           compare_tap(sink.taps(), ref, l, "latent_in", {T, r}, "operator", kOperatorRelRms, rows));
     }
-  } else {
-    gated_mlp_forward(ctx, *layer.dense_mlp, layer.dense_activation, ffn_norm->data.data(), T,
-                      out.data(), scratch);
-    kernels::round_to_bf16(out.data(), T * d);
   }
   rows.push_back(below("operator", l, "ffn_out", "rel_rms",
                        rel_rms(out.data(), ffn_out->data.data(), T * d), kOperatorRelRms));

@@ -1,9 +1,10 @@
 #pragma once
 // Layered verification of a model against the PyTorch reference's taps (models.md §8.1, `dayzero
-// verify`): operator level (each block of each layer fed the reference's inputs and discrete
-// decisions: MLA, DSA indexer, KDA, dense MLP, MoE and latent MoE), layer level (the engine's own
-// forward, per-layer outputs and AttnRes mixes) and model level (logits). Works on any
-// HybridModel, so every recipe gets it. The reference's taps come from
+// verify`): operator level (each layer's real sublayers fed the reference's inputs, with the
+// reference's discrete decisions substituted at the taps where the engine makes them: q latent,
+// indexer selection, routing; MLA, DSA indexer, KDA, dense MLP, MoE and latent MoE), layer level
+// (the engine's own forward, per-layer outputs and AttnRes mixes) and model level (logits). Works
+// on any HybridModel, so every recipe gets it. The reference's taps come from
 // python/dayzero_ref/verify_dump.py.
 
 #include <cstdint>
@@ -31,11 +32,20 @@ using TapMap = std::map<std::pair<int, std::string>, TapArray>;
 // A TapSink that keeps a copy of every tap.
 class CapturingTapSink final : public TapSink {
  public:
+  CapturingTapSink() = default;
+  // Also hands on `given`'s arrays for `names` (the reference's decisions) in place of the
+  // engine's own, where their shapes match.
+  CapturingTapSink(const TapMap* given, std::vector<std::string> names)
+      : given_(given), names_(std::move(names)) {}
+
   void on_tap(int layer_id, std::string_view name, const float* data, const Shape& shape) override;
+  const float* substitute(int layer_id, std::string_view name, const Shape& shape) override;
   TapMap& taps() { return taps_; }
 
  private:
   TapMap taps_;
+  const TapMap* given_ = nullptr;
+  std::vector<std::string> names_;
 };
 
 struct VerifyRow {

@@ -363,34 +363,44 @@ size_t MoeBlock::scratch_bytes(int64_t max_tokens) const {
 }
 
 void MoeBlock::forward(const ExecContext& ctx, const float* x, int64_t num_tokens, float* out,
-                       Arena& scratch, TapSink* taps, int layer_id,
-                       const RoutingResult* forced_routing) const {
+                       Arena& scratch, TapSink* taps, int layer_id) const {
   if (num_tokens <= 0) return;
   const int64_t d = hidden_size_, r = expert_width_, num_experts = config_.num_experts;
   const int64_t k = config_.num_experts_per_tok;
   const bool latent = weights_.latent_down_proj.has_value();
 
   RoutingResult routed;
-  const RoutingResult* routing = forced_routing;
-  if (routing == nullptr) {
-    if (router_is_bf16_) {
-      float* logits = take_floats(scratch, num_tokens * num_experts);
-      router_.forward(ctx, x, num_tokens, logits);
-      const float* bias = weights_.e_score_correction_bias.empty()
-                              ? nullptr
-                              : weights_.e_score_correction_bias.data();
-      route_from_logits(ctx, config_, bias, logits, num_tokens, routed);
-    } else {
-      route_grouped_sigmoid(ctx, config_, weights_, x, num_tokens, d, routed);
-    }
-    routing = &routed;
+  if (router_is_bf16_) {
+    float* logits = take_floats(scratch, num_tokens * num_experts);
+    router_.forward(ctx, x, num_tokens, logits);
+    const float* bias = weights_.e_score_correction_bias.empty()
+                            ? nullptr
+                            : weights_.e_score_correction_bias.data();
+    route_from_logits(ctx, config_, bias, logits, num_tokens, routed);
+  } else {
+    route_grouped_sigmoid(ctx, config_, weights_, x, num_tokens, d, routed);
   }
+  const RoutingResult* routing = &routed;
   DZ_CHECK(static_cast<int64_t>(routing->expert_ids.size()) == num_tokens * k &&
                routing->weights.size() == routing->expert_ids.size(),
            "MoE routing: {} ids, {} weights for {} tokens × top-{}", routing->expert_ids.size(),
            routing->weights.size(), num_tokens, k);
   if (static_cast<int64_t>(routing->scores.size()) == num_tokens * num_experts)
     tap(taps, layer_id, "router_scores", routing->scores.data(), Shape{num_tokens, num_experts});
+  RoutingResult given;
+  if (taps != nullptr) {
+    std::vector<float> ids(routing->expert_ids.begin(), routing->expert_ids.end());
+    tap(taps, layer_id, "routing_ids", ids.data(), Shape{num_tokens, k});
+    tap(taps, layer_id, "routing_weights", routing->weights.data(), Shape{num_tokens, k});
+    const float* given_ids = substitute(taps, layer_id, "routing_ids", Shape{num_tokens, k});
+    const float* given_weights =
+        substitute(taps, layer_id, "routing_weights", Shape{num_tokens, k});
+    if (given_ids != nullptr && given_weights != nullptr) {
+      given.expert_ids.assign(given_ids, given_ids + num_tokens * k);
+      given.weights.assign(given_weights, given_weights + num_tokens * k);
+      routing = &given;
+    }
+  }
 
   // Group (token, weight) pairs by expert: a counting sort keeps tokens in order per expert.
   std::vector<int64_t> expert_begin(static_cast<size_t>(num_experts + 1), 0);

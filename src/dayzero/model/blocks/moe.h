@@ -117,14 +117,14 @@ class MoeBlock {
 
   // out [num_tokens, d] = Σ_e w_e·Expert_e(x) + Σ shared(x), x the FFN input after the post-
   // attention norm; summed in FP32 and rounded to BF16 once. Each expert runs one GEMM over the
-  // tokens routed to it; experts without tokens are skipped. Taps "router_scores" [T, E].
+  // tokens routed to it; experts without tokens are skipped. Taps "router_scores" [T, E],
+  // "routing_ids" and "routing_weights" [T, k]; a sink's substitutes for the last two replace
+  // the block's own decisions (verification, tests).
   // Latent: routing and shared experts on x; z = round_bf16(latent_down(x)) (tap "latent_in"
   // [T, r]); y_lat = Σ_e w_e·Expert_e(z) in FP32; out = round_bf16(latent_up(round_bf16(
   // RMSNorm(y_lat))) + Σ shared(x)), or round_bf16(y_lat) into latent_up without a norm.
-  // `forced_routing` (tests): use these decisions instead of routing.
   void forward(const ExecContext& ctx, const float* x, int64_t num_tokens, float* out,
-               Arena& scratch, TapSink* taps, int layer_id,
-               const RoutingResult* forced_routing = nullptr) const;
+               Arena& scratch, TapSink* taps, int layer_id) const;
 
  private:
   MoeConfig config_;

@@ -331,10 +331,26 @@ TEST(SwigluMlp, MatchesThePerTokenReference) {
   }
 }
 
+// Records the taps; with `forced` set, hands its decisions to the block in place of its own
+// routing (as verification does with the reference's).
 struct RecordingSink : TapSink {
   std::vector<std::string> names;
   std::vector<float> scores, latent_in;
   Shape shape, latent_shape;
+  std::vector<float> forced_ids, forced_weights;
+  explicit RecordingSink(const RoutingResult* forced = nullptr) {
+    if (forced == nullptr) return;
+    forced_ids.assign(forced->expert_ids.begin(), forced->expert_ids.end());
+    forced_weights = forced->weights;
+  }
+  const float* substitute(int /*layer_id*/, std::string_view name, const Shape& s) override {
+    const std::vector<float>* given = name == "routing_ids"       ? &forced_ids
+                                      : name == "routing_weights" ? &forced_weights
+                                                                  : nullptr;
+    if (given == nullptr || given->empty()) return nullptr;
+    EXPECT_EQ(static_cast<int64_t>(given->size()), s.num_elems()) << name;
+    return given->data();
+  }
   void on_tap(int layer_id, std::string_view name, const float* data, const Shape& s) override {
     EXPECT_EQ(layer_id, 3);
     names.emplace_back(name);
@@ -415,13 +431,14 @@ TEST(MoeBlock, MatchesThePerTokenReference) {
     scratch.reset();
     block.forward(ExecContext{2}, x.data(), num_tokens, out.data(), scratch, &sink, 3);
     EXPECT_LE(scratch.used_bytes(), block.scratch_bytes(num_tokens));
-    EXPECT_EQ(sink.names, (std::vector<std::string>{"router_scores"}));
+    EXPECT_EQ(sink.names,
+              (std::vector<std::string>{"router_scores", "routing_ids", "routing_weights"}));
     EXPECT_EQ(sink.shape, (Shape{num_tokens, num_experts}));
     for (size_t e = 0; e < sink.scores.size(); ++e)
       ASSERT_NEAR(sink.scores[e], routing.scores[e], 1e-7) << e;
     scratch.reset();
-    block.forward(ExecContext{2}, x.data(), num_tokens, forced.data(), scratch, nullptr, 3,
-                  &routing);
+    RecordingSink forcing(&routing);
+    block.forward(ExecContext{2}, x.data(), num_tokens, forced.data(), scratch, &forcing, 3);
     EXPECT_EQ(out, forced) << "own routing differs from route_grouped_sigmoid's";
 
     const std::vector<double> ref =
@@ -444,9 +461,8 @@ TEST(MoeBlock, ForcedRoutingIsFollowed) {
   const RoutingResult forced = arbitrary_routing(rng, num_tokens, k);
   std::vector<float> out(static_cast<size_t>(num_tokens * d));
   Arena scratch(64 << 20);
-  RecordingSink sink;
-  block.forward(ExecContext{2}, x.data(), num_tokens, out.data(), scratch, &sink, 3, &forced);
-  EXPECT_TRUE(sink.names.empty()) << "no scores to tap when routing is forced without them";
+  RecordingSink sink(&forced);
+  block.forward(ExecContext{2}, x.data(), num_tokens, out.data(), scratch, &sink, 3);
   const std::vector<double> ref =
       reference_moe(block, reference_weights.weights, forced, x, num_tokens);
   EXPECT_LT(rel_rms(out, ref), kOutputTolerance);
@@ -687,11 +703,12 @@ void check_latent_moe(bool mxfp4) {
       scratch.reset();
       block.forward(ExecContext{2}, x.data(), num_tokens, out.data(), scratch, &sink, 3);
       EXPECT_LE(scratch.used_bytes(), block.scratch_bytes(num_tokens));
-      EXPECT_EQ(sink.names, (std::vector<std::string>{"router_scores", "latent_in"}));
+      EXPECT_EQ(sink.names, (std::vector<std::string>{"router_scores", "routing_ids",
+                                                      "routing_weights", "latent_in"}));
       EXPECT_EQ(sink.latent_shape, (Shape{num_tokens, r}));
       scratch.reset();
-      block.forward(ExecContext{2}, x.data(), num_tokens, forced.data(), scratch, nullptr, 3,
-                    &routing);
+      RecordingSink forcing(&routing);
+      block.forward(ExecContext{2}, x.data(), num_tokens, forced.data(), scratch, &forcing, 3);
       EXPECT_EQ(out, forced) << "own routing differs from route_grouped_sigmoid's";
 
       std::vector<double> latent_ref;
@@ -727,9 +744,10 @@ TEST(LatentMoeBlock, ForcedRoutingIsFollowed) {
     const RoutingResult forced = arbitrary_routing(rng, num_tokens, k);
     std::vector<float> out(static_cast<size_t>(num_tokens * d));
     Arena scratch(64 << 20);
-    RecordingSink sink;
-    block.forward(ExecContext{2}, x.data(), num_tokens, out.data(), scratch, &sink, 3, &forced);
-    EXPECT_EQ(sink.names, (std::vector<std::string>{"latent_in"}));
+    RecordingSink sink(&forced);
+    block.forward(ExecContext{2}, x.data(), num_tokens, out.data(), scratch, &sink, 3);
+    EXPECT_EQ(sink.names, (std::vector<std::string>{"router_scores", "routing_ids",
+                                                    "routing_weights", "latent_in"}));
     std::vector<double> latent_ref;
     const std::vector<double> ref = reference_latent_moe(block, forced, x, num_tokens, &latent_ref);
     EXPECT_LT(rel_rms(out, ref), kLatentTolerance) << "norm " << with_norm;
