@@ -1,6 +1,7 @@
 // Decode throughput at batch 1, 4, 16 and 64 on the bandwidth-bound synthetic models of
-// bench/configs (issue 5, performance.md "batch-16 decode vs batch-1"). B sequences are prefilled
-// once with a short context; then each timed step is one ForwardBatch of B one-token sequences
+// bench/configs (issue 5, docs/performance.md "Targets": batch-16 decode vs batch-1). B sequences
+// are prefilled once with a short context; then each timed step is one ForwardBatch of B one-token
+// sequences
 // ("model step": model.forward with every row's logits, as the engine asks for them); then the
 // same through runtime::EngineCore ("engine step": scheduler, block tables, sampling).
 //

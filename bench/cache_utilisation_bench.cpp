@@ -1,5 +1,5 @@
-// Paged-cache utilisation under a mixed-length load (performance.md: live tokens / allocated token
-// slots ≥ 95 % with block size 16 at a mean sequence length of 512, and no waste beyond each
+// Paged-cache utilisation under a mixed-length load (docs/performance.md: live tokens / allocated
+// token slots ≥ 95 % with block size 16 at a mean sequence length of 512, and no waste beyond each
 // sequence's last partial block). runtime::EngineCore serves N requests whose lengths (prompt +
 // output) are uniform in [mean/4, 7·mean/4] (mean `mean`), prompt a uniform share of 10–90 % of
 // it, EOS ignored so every request runs to its length; metrics() is sampled after every step.

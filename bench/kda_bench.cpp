@@ -1,12 +1,12 @@
 // KDA prefill of one 4096-token sequence at Kimi-Linear dims (H = 32, d = 128, FP32): the chunked
-// kernel (chunk 16, 32 and 64, models.md §4.7) against the token-by-token recurrence (kda_recurrent
-// over the same tokens, its fastest form: one call, heads in parallel), on 1 and 2 threads. Reports
-// tokens/s (wall) and tokens per CPU-second (robust on a shared machine), the FLOP rate against
-// the FP32 GEMM limit of the same run (machine_limits.h; 1 thread: the 1-thread limit), and GFLOP
-// per CPU-second against one core's FP32 and BF16 GEMM peak (core_of_f32, core_of_bf16: on a
-// loaded machine the wall-timed peak is low, so these can exceed 1). The chunked kernel takes the
-// AMX BF16×3 state products at C ≥ 32 where the CPU has AMX (kda.h). BM_KdaDecode: one decode
-// token per layer over 192 layers' states (384 MiB, above the L3), state bytes vs DRAM.
+// kernel (chunk 16, 32 and 64, docs/models.md §4.7) against the token-by-token recurrence
+// (kda_recurrent over the same tokens, its fastest form: one call, heads in parallel), on 1 and 2
+// threads. Reports tokens/s (wall) and tokens per CPU-second (robust on a shared machine), the FLOP
+// rate against the FP32 GEMM limit of the same run (machine_limits.h; 1 thread: the 1-thread
+// limit), and GFLOP per CPU-second against one core's FP32 and BF16 GEMM peak (core_of_f32,
+// core_of_bf16: on a loaded machine the wall-timed peak is low, so these can exceed 1). The chunked
+// kernel takes the AMX BF16×3 state products at C ≥ 32 where the CPU has AMX (kda.h). BM_KdaDecode:
+// one decode token per layer over 192 layers' states (384 MiB, above the L3), state bytes vs DRAM.
 //
 // FLOPs counted (FMA = 2): chunked, per chunk of n rows and head, 6·n·d² for the three state
 // products (S0ᵀ kg, S0ᵀ qg, the state update) plus 4·n²·d for the pairwise L, A, the forward

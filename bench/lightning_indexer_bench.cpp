@@ -3,7 +3,7 @@
 // shuffled block table). One decode token per call, plus a 64-token prefill chunk at the end of a
 // 32K context. Work counted per visible key: 2·n_I·d_I FLOPs for the dots plus n_I (ReLU) + 2·n_I
 // (weights) + 1 (key scale); bytes: the 132-byte cached key (the queries are negligible). Reports
-// GFLOP/s as a fraction of the FP32 GEMM limit (performance.md target: ≥ 60 % for L ≥ 64K) and
+// GFLOP/s as a fraction of the FP32 GEMM limit (docs/performance.md target: ≥ 60 % for L ≥ 64K) and
 // GB/s as a fraction of the DRAM limit, both measured in the same run (machine_limits.h). The
 // 17 MiB cache at 128K fits in the L3: the kernel is compute-bound (≈ 124 FLOP per byte).
 // Variants (args): 1 reference, 2 AVX-512 FMA, 3 AVX-512 + AMX-BF16 tiles.

@@ -1,10 +1,10 @@
 // LinearWeight (kernels/linear.h) on compressed-tensors MXFP4 weights: the fused VDPBF16PS GEMV at
 // 1–8 tokens and the dequantized-tile GEMM at 16–255, cycling through a >= 1 GiB set of
-// [3072, 3584] matrices (a Kimi-K3 expert's w1/w3, formats.md §3.4) so that every call reads its
-// weights from DRAM, not from the 480 MiB L3. The GEMV reports packed weight bytes (codes + scales,
-// 4.25 bits per weight) per second as a fraction of the DRAM read bandwidth measured in the same
-// run (machine_limits.h); the GEMM reports FLOP/s against the BF16 GEMM limit. The peer is BF16
-// weights of the same shape (3.76× the bytes per weight) on the oneDNN path.
+// [3072, 3584] matrices (a Kimi-K3 expert's w1/w3, docs/formats.md §3.4) so that every call reads
+// its weights from DRAM, not from the 480 MiB L3. The GEMV reports packed weight bytes (codes +
+// scales, 4.25 bits per weight) per second as a fraction of the DRAM read bandwidth measured in the
+// same run (machine_limits.h); the GEMM reports FLOP/s against the BF16 GEMM limit. The peer is
+// BF16 weights of the same shape (3.76× the bytes per weight) on the oneDNN path.
 #include <benchmark/benchmark.h>
 
 #include <time.h>
@@ -198,7 +198,11 @@ void thread_args(benchmark::internal::Benchmark* b, std::initializer_list<int64_
 
 BENCHMARK(BM_Mxfp4Linear)->Apply([](auto* b) { thread_args(b, {1, 2, 4, 8, 16, 17, 64, 255}); });
 BENCHMARK(BM_DramRead)->UseRealTime()->MinTime(1.0);
-BENCHMARK(BM_Mxfp4LinearInL2)->Args({1, 1})->Args({1, 2})->Args({2, 1})->ArgNames({"tokens", "threads"});
+BENCHMARK(BM_Mxfp4LinearInL2)
+    ->Args({1, 1})
+    ->Args({1, 2})
+    ->Args({2, 1})
+    ->ArgNames({"tokens", "threads"});
 BENCHMARK(BM_Bf16Linear)->Apply([](auto* b) { thread_args(b, {1, 255}); });
 
 }  // namespace

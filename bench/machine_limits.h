@@ -1,6 +1,6 @@
 #pragma once
-// The machine's ceilings (performance.md): DRAM read bandwidth and GEMM throughput, measured in the
-// same run as any benchmark that reports a fraction of them.
+// The machine's ceilings (docs/performance.md): DRAM read bandwidth and GEMM throughput, measured
+// in the same run as any benchmark that reports a fraction of them.
 
 #include <string>
 

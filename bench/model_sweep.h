@@ -1,6 +1,6 @@
 #pragma once
 // End-to-end model benchmarks behind `dayzero bench decode` and `dayzero bench prefill` (issue 8
-// item 1; performance.md "How to report a speed"): a model (a synthetic one built from a
+// item 1; docs/performance.md "How to report a speed"): a model (a synthetic one built from a
 // bench/configs/*.json with random weights, or a real checkpoint), timed decode steps over a
 // synthetic cached context and timed prefills, with the bytes and FLOPs each step needs counted
 // from the formulas so every figure is a fraction of the limits measured in the same run.

@@ -1,5 +1,5 @@
-// One Kimi-K3 latent-MoE layer (models.md §6.3, §7.3) at the released widths — d 7168, latent 3584,
-// expert inter 3072, 2 fused shared experts (6144), top-16 SiTU experts in compressed-tensors
+// One Kimi-K3 latent-MoE layer (docs/models.md §6.3, §7.3) at the released widths — d 7168, latent
+// 3584, expert inter 3072, 2 fused shared experts (6144), top-16 SiTU experts in compressed-tensors
 // MXFP4 — with 64 of the 896 routed experts (memory: the layer's full 896 would be 15 GiB). What it
 // shows (issue 4): the routed experts stay at 4.25 bits per weight in memory, plus one fixed
 // dequantization workspace per thread, and how long a decode token and a prefill chunk take. The

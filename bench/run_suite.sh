@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole benchmark suite in one run (issue 8, performance.md): the machine's limits, every
+# The whole benchmark suite in one run (issue 8, docs/performance.md): the machine's limits, every
 # operator, end-to-end decode (batch and context sweeps) and prefill on the bandwidth-bound
 # synthetic configs, and the PyTorch peer on the demo model. Each command measures its limits again
 # in the same run and reports its figures against them; every JSON lands in OUT_DIR, and

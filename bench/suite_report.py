@@ -4,7 +4,7 @@
 
 Every figure is printed with the fraction of the limit its own command measured in the same run
 (each `dayzero bench` command measures DRAM bandwidth and the GEMM peaks before it starts), the
-target of performance.md / issue 8 where there is one, and the command that produced it.
+target of docs/performance.md / issue 8 where there is one, and the command that produced it.
 """
 
 import json

@@ -1,5 +1,5 @@
 // libFuzzer target: arbitrary bytes as the body of POST /v1/chat/completions and /v1/completions
-// (serving.md §5.2, §5.4). Every input must come back as a request or an ApiError with a 4xx
+// (docs/serving.md §5.2, §5.4). Every input must come back as a request or an ApiError with a 4xx
 // status, and either must serialise: never a crash, an exception, a hang or an unbounded
 // allocation.
 

@@ -1,5 +1,5 @@
-// Feeds arbitrary bytes to the safetensors header validator (formats.md §3.1). Any input must give
-// an ok Status or an error Status: no crash, no hang, no sanitizer report.
+// Feeds arbitrary bytes to the safetensors header validator (docs/formats.md §3.1). Any input must
+// give an ok Status or an error Status: no crash, no hang, no sanitizer report.
 
 #include <cstddef>
 #include <cstdint>

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `dayzero bench limits` runs end to end and reports positive figures and the oneDNN kernels used.
-# Speed itself is not asserted here (performance.md: timing belongs in benchmarks, not tests).
+# Speed itself is not asserted here (docs/performance.md: timing belongs in benchmarks, not tests).
 set -euo pipefail
 dayzero=$1
 out=$("$dayzero" bench limits --json --seconds 0.05 --dram-mib 64)

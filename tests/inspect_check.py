@@ -5,7 +5,7 @@
     inspect_check.py copy DIR SRC DST         ... with a copy of SRC named DST
     inspect_check.py retype DIR TENSOR DTYPE  ... with TENSOR re-tagged as DTYPE (zero bytes)
 
-Parameter counts come from closed-form formulas over config.json (models.md §7), written here without
+Parameter counts come from closed-form formulas over config.json (docs/models.md §7), written here without
 looking at the C++ tensor tables; byte and dtype counts come from the safetensors headers, read here
 with struct + json (not with dayzero_ref). Logical parameters: an FP8 weight counts its elements, an
 MXFP4 weight_packed two per byte, scale tensors (weight_scale_inv, weight_scale) none.

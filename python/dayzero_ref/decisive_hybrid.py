@@ -1,4 +1,4 @@
-"""Decisive weights for the dayzero_hybrid tiny checkpoint (models.md §8.1).
+"""Decisive weights for the dayzero_hybrid tiny checkpoint (docs/models.md §8.1).
 
 Its discrete decisions are expert routing, the argmax of the logits (both as Kimi) and the DSA
 indexer's selection on the MLA layers (as DeepSeek-V3.2). `shape_weights` composes the two designs:

@@ -1,4 +1,4 @@
-"""Decisive weights for the kimi_linear and kimi_k3 tiny checkpoints (models.md §8.1).
+"""Decisive weights for the kimi_linear and kimi_k3 tiny checkpoints (docs/models.md §8.1).
 
 The discrete decisions of these models are expert routing (every MoE layer) and the argmax of the
 logits. `shape_weights` rewrites make_tiny's plain draws (same names, dtypes and shapes) so that each

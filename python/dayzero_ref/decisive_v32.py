@@ -1,4 +1,4 @@
-"""Decisive weights for the deepseek_v32 tiny checkpoint (models.md §8.1).
+"""Decisive weights for the deepseek_v32 tiny checkpoint (docs/models.md §8.1).
 
 On random weights, indexer top-k, expert routing and argmax are decided by gaps smaller than
 legitimate rounding differences, so two correct implementations disagree. `shape_weights` rewrites

@@ -1,4 +1,4 @@
-"""FP32 PyTorch reference of `deepseek_v32` (DeepSeek-V3.2 / V3.2-Exp), models.md §1–§3, §6.1, §7.1.
+"""FP32 PyTorch reference of `deepseek_v32` (DeepSeek-V3.2 / V3.2-Exp), docs/models.md §1–§3, §6.1, §7.1.
 
     /usr/bin/python3 -m dayzero_ref.deepseek_v32 MODEL_DIR --token-ids 1,2,3 --output logits.npy \
         [--kv-cache-dtype fp8|bf16] [--mtp-output mtp.npy]
@@ -11,7 +11,7 @@ C++ engine follows too:
 - Activations are BF16-valued FP32: every linear output, every norm output, the residual stream
   (adds in FP32, then rounded). Reductions, softmax and routing in FP32. Logits FP32, not rounded.
 - FP8 block weights are dequantized exactly (decode(code) · weight_scale_inv); activations are not
-  quantized on their way into a linear (W8A16, formats.md §4.1 engine option).
+  quantized on their way into a linear (W8A16, docs/formats.md §4.1 engine option).
 - MLA (prefill form, §2.2): q_pe and k_pe after interleaved YaRN RoPE rounded to BF16; c_kv =
   RMSNorm(kv_a part) rounded, then with kv_cache_dtype "fp8" through act_quant (ue8m0, tiles of 128)
   and back before it is used (§2.4); k_nope/v = kv_b_proj(c_kv) rounded (a linear output); scores and
@@ -36,7 +36,7 @@ Taps (issue 3 tap names; `taps` maps (layer_id, name) -> float32 tensor), per la
 `forced` maps (layer_id, "index_selection") -> int [T, K'] (−1 padded) and (layer_id,
 "routing_ids") -> int [T, k] (weights recomputed as s/Σs·scale from the unbiased scores) or also
 (layer_id, "routing_weights") -> float [T, k]: the decision is used instead of the layer's own, for
-operator-level comparisons through discrete decisions (models.md §8.1).
+operator-level comparisons through discrete decisions (docs/models.md §8.1).
 """
 
 import argparse
@@ -57,7 +57,7 @@ KV_CACHE_DTYPES = ("fp8", "bf16")
 MTP_HIDDEN = ("post_norm", "pre_norm")
 
 
-# ---------------------------------------------------------------- YaRN (models.md §1.3)
+# ---------------------------------------------------------------- YaRN (docs/models.md §1.3)
 
 def yarn_mscale(factor, mscale):
     return 0.1 * mscale * math.log(factor) + 1.0 if factor > 1 else 1.0
@@ -98,7 +98,7 @@ def rope_frequencies(config):
 
 
 def softmax_scale(config):
-    """(d_n + d_r)^-1/2 · M(factor, mscale_all_dim)² (models.md §1.3), as a float32 value."""
+    """(d_n + d_r)^-1/2 · M(factor, mscale_all_dim)² (docs/models.md §1.3), as a float32 value."""
     scale = (config["qk_nope_head_dim"] + config["qk_rope_head_dim"]) ** -0.5
     scaling = config.get("rope_scaling") or {}
     if scaling.get("type", scaling.get("rope_type")) == "yarn":
@@ -107,7 +107,7 @@ def softmax_scale(config):
 
 
 def apply_rope(x, positions, inv_freq, magnitude, interleaved):
-    """x [T, ..., d_r] rotated at angle fl32(p · f_i) (models.md §1.2); float32 throughout."""
+    """x [T, ..., d_r] rotated at angle fl32(p · f_i) (docs/models.md §1.2); float32 throughout."""
     angle = positions.to(torch.float32)[:, None] * inv_freq[None, :]  # [T, d_r/2]
     cos = torch.cos(angle) * magnitude
     sin = torch.sin(angle) * magnitude
@@ -125,7 +125,7 @@ def apply_rope(x, positions, inv_freq, magnitude, interleaved):
 
 def select_topk(scores, index_topk):
     """scores [T, T] (−inf above the diagonal) -> int64 [T, K]: row t holds the top
-    k_t = min(K, t + 1) positions by (score desc, position asc), then −1 (models.md §3.3)."""
+    k_t = min(K, t + 1) positions by (score desc, position asc), then −1 (docs/models.md §3.3)."""
     num_tokens = scores.shape[0]
     order = torch.sort(scores, dim=-1, descending=True, stable=True).indices
     width = min(index_topk, num_tokens)
@@ -137,7 +137,7 @@ def select_topk(scores, index_topk):
 
 
 def _dequant_act(x):
-    """act_quant (ue8m0, groups of 128) and back: the FP8 round trip of formats.md §4.1/§4.3."""
+    """act_quant (ue8m0, groups of 128) and back: the FP8 round trip of docs/formats.md §4.1/§4.3."""
     codes, scales = formats.act_quant(x)
     groups = formats.decode_e4m3(codes).reshape(*x.shape[:-1], -1, formats.ACT_QUANT_GROUP)
     return (groups * scales.unsqueeze(-1)).reshape(x.shape)
@@ -147,7 +147,7 @@ def _dequant_act(x):
 
 def indexer_select(ref, layer_id, p, x, c_q, positions, taps, forced, n_heads, head_dim, d_r,
                    index_topk, interleaved):
-    """The lightning indexer of models.md §3.2–3.3 for a reference `ref` (a ReferenceBase with
+    """The lightning indexer of docs/models.md §3.2–3.3 for a reference `ref` (a ReferenceBase with
     weights `w` and RoPE `inv_freq`, `rope_magnitude`): x [T, d] attention input, c_q [T, r_q],
     tensors under prefix p ("...self_attn.indexer."). Taps index_scores [T, T] and
     index_selection [T, K]; returns the selection int64 [T, K] (−1 padded), or the forced one."""
@@ -200,9 +200,9 @@ class DeepseekV32Reference(ReferenceBase):
     simulation), "bf16" keeps it. mtp_hidden: which main-model state feeds the MTP head's hnorm;
     "post_norm" (default) is what vLLM passes (`DeepseekV2Model.forward` returns the final-norm
     output, `deepseek_mtp.py` takes it as previous_hidden_states), "pre_norm" the residual stream
-    before model.norm; which one DeepSeek trained with is (unverified), models.md §7.1.
+    before model.norm; which one DeepSeek trained with is (unverified), docs/models.md §7.1.
     mtp_zero_position0: vLLM zeroes the MTP input embedding at position 0; off by default
-    (models.md §7.1 has no such step).
+    (docs/models.md §7.1 has no such step).
 
     Attributes a test may change: index_topk, indexer_rope_interleave, dense_attention (True: causal
     attention over every key; the indexer still runs and taps).
@@ -237,7 +237,7 @@ class DeepseekV32Reference(ReferenceBase):
     # ------------------------------------------------------------ blocks
 
     def _indexer(self, layer_id, p, x, c_q, positions, taps, forced):
-        """models.md §3.2–3.3: selection int64 [T, K]."""
+        """docs/models.md §3.2–3.3: selection int64 [T, K]."""
         c = self.config
         return indexer_select(self, layer_id, p, x, c_q, positions, taps, forced,
                               c["index_n_heads"], c["index_head_dim"], c["qk_rope_head_dim"],
@@ -351,7 +351,7 @@ class DeepseekV32Reference(ReferenceBase):
         return logits
 
     def mtp_logits(self, token_ids, next_token=None, taps=None, forced=None):
-        """MTP logits [n, V] (models.md §7.1): row t predicts token t + 2 from h_t and token t + 1,
+        """MTP logits [n, V] (docs/models.md §7.1): row t predicts token t + 2 from h_t and token t + 1,
         z = eh_proj([enorm(Emb(x_{t+1})) ; hnorm(h_t)]) at position t through decoder layer L, then
         shared_head. The inputs x_{t+1} are token_ids[1:] and `next_token` if given, so n = T − 1
         or T. The head's own embed_tokens / shared_head.head are used (copies of the main ones)."""

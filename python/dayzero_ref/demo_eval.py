@@ -14,7 +14,7 @@ tests read, and the choice of the greedy-generation test prompts.
 - `margins` replays the engine's greedy generations through the PyTorch reference (teacher
   forcing) and prints, per prompt, whether the reference picks every token too, the smallest gap
   between its top two logits, and whether EOS came: the greedy test uses prompts whose gaps are far
-  above the engine–reference difference (models.md §8.1), so a near-tie cannot fail it.
+  above the engine–reference difference (docs/models.md §8.1), so a near-tie cannot fail it.
 """
 
 import argparse

@@ -140,7 +140,7 @@ def apply_rope(x, cos, sin, interleaved):
 # ---------------------------------------------------------------- KDA
 
 def kda_chunked_batched(q, k, v, g, beta, chunk=KDA_CHUNK):
-    """Chunked KDA (models.md §4.7) for training: q, k, v, g [B, T, H, d] (q, k L2-normalised, g
+    """Chunked KDA (docs/models.md §4.7) for training: q, k, v, g [B, T, H, d] (q, k L2-normalised, g
     the log decay, bounded below so that a chunk's decay stays within e^±(C/2·|lb|)), beta
     [B, T, H]; T % chunk == 0; zero initial state. Returns o [B, T, H, d] FP32.
 
@@ -248,7 +248,7 @@ class Indexer(nn.Module):
         self.weights_proj = linear(d, self.heads)
 
     def forward(self, x, c_q, cos, sin):
-        """Index scores I [B, T, S] (no mask) from detached inputs (models.md §3.2): rotate-half
+        """Index scores I [B, T, S] (no mask) from detached inputs (docs/models.md §3.2): rotate-half
         RoPE on the first d_r dims of q and k; the engine's Hadamard and FP8 round trip change
         nothing but rounding and are left out here."""
         bsz, num_tokens, _ = x.shape
@@ -399,7 +399,7 @@ class Layer(nn.Module):
             self.mlp = GatedMlp(d, c["intermediate_size"])
         else:
             self.block_sparse_moe = LatentMoe(c)
-        # AttnRes queries (models.md §5): p = softmax_j((cw·v_j)·rms(v_j)^−1), cw = norm ⊙ proj;
+        # AttnRes queries (docs/models.md §5): p = softmax_j((cw·v_j)·rms(v_j)^−1), cw = norm ⊙ proj;
         # a zero proj starts as the plain mean of the rows.
         self.self_attention_res_proj = Linear(d, 1)
         self.self_attention_res_norm = RMSNorm(d, eps)

@@ -2,14 +2,14 @@
 
 Codes are integer tensors, values float32. Every function here reproduces src/dayzero/formats (and
 kernels/hadamard_ref.cpp) bit for bit; python/tests/test_formats.py checks that against the C++ tool
-dz_codec_dump and against an exact rational reference. Spec: shared/design/formats.md §1, §2, §3.3-3.5,
-§4.1 and models.md §1.4.
+dz_codec_dump and against an exact rational reference. Spec: docs/formats.md §1, §2, §3.3-3.5,
+§4.1 and docs/models.md §1.4.
 
 Conventions shared with the C++ codecs:
 - NaN codes decode to the quiet NaN 0x7FC00000 carrying the code's sign.
 - Encoders: BF16 NaN -> 0x7FC0; FP16 NaN -> 0x7E00 | sign; E4M3/E5M2 NaN -> 0x7F | sign;
   E2M1 has no NaN, NaN and +-Inf saturate to +-6.
-- MX rules are named by formula in C++ (MxScaleRule); here by the short names of formats.md §2.2:
+- MX rules are named by formula in C++ (MxScaleRule); here by the short names of docs/formats.md §2.2:
   "floor" = floor(log2 amax) - emax, "rceil" = ceil(log2(amax / max_elem)),
   "ceil_emax" = ceil(log2 amax) - emax, "even" = floor(log2 p) - emax with p = amax rounded up to a
   power of two iff its significand >= 1.75.
@@ -172,7 +172,7 @@ def _table_from_values(values, nan_codes):
 
 
 def _small_float_value(code, mant_bits, bias):
-    """Value of a non-negative small-float code from the formulas of formats.md §1.2."""
+    """Value of a non-negative small-float code from the formulas of docs/formats.md §1.2."""
     e, m = code >> mant_bits, code & ((1 << mant_bits) - 1)
     if e == 0:
         return math.ldexp(m, 1 - bias - mant_bits)
@@ -239,7 +239,7 @@ _ENCODERS = {"e2m1": encode_e2m1, "e4m3": encode_e4m3, "e5m2": encode_e5m2}
 _DECODERS = {"e2m1": decode_e2m1, "e4m3": decode_e4m3, "e5m2": decode_e5m2}
 
 
-# --- MX blocks (formats.md §2) -------------------------------------------------------------------
+# --- MX blocks (docs/formats.md §2) -------------------------------------------------------------------
 
 def _ceil_log2(v64):
     """ceil(log2 v) for a positive float64 tensor (frexp: v = f * 2^e, f in [0.5, 1))."""
@@ -320,7 +320,7 @@ def _require_finite(w, what):
 
 def quantize_mxfp4_compressed_tensors(w):
     """w [out, in] -> (weight_packed uint8 [out, in/2], weight_scale uint8 [out, in/32]), EVEN rule
-    (compressed-tensors' scale choice), RNE elements (formats.md §3.4)."""
+    (compressed-tensors' scale choice), RNE elements (docs/formats.md §3.4)."""
     w = _as_f32(w)
     if w.dim() != 2 or w.shape[1] % MX_BLOCK:
         raise ValueError(f"weight shape {list(w.shape)}: need [out, in] with in % 32 == 0")
@@ -335,7 +335,7 @@ def dequantize_mxfp4_compressed_tensors(weight_packed, weight_scale):
 
 def quantize_mxfp4_gpt_oss(w):
     """w [E, out, in] -> (blocks uint8 [E, out, in/32, 16], scales uint8 [E, out, in/32]), RCEIL rule
-    (formats.md §3.5): byte j of a block holds element 2j (low nibble) and 2j+1 (high nibble)."""
+    (docs/formats.md §3.5): byte j of a block holds element 2j (low nibble) and 2j+1 (high nibble)."""
     w = _as_f32(w)
     if w.dim() != 3 or w.shape[2] % MX_BLOCK:
         raise ValueError(f"weight shape {list(w.shape)}: need [E, out, in] with in % 32 == 0")
@@ -352,7 +352,7 @@ def dequantize_mxfp4_gpt_oss(blocks, scales):
     return dequantize_mx(unpack_fp4(packed), scales, "e2m1")
 
 
-# --- FP8 128x128 block-scaled weights (formats.md §3.3) ------------------------------------------
+# --- FP8 128x128 block-scaled weights (docs/formats.md §3.3) ------------------------------------------
 
 def _expand_tiles(scale, num_rows, num_cols, block):
     return scale.repeat_interleave(block, dim=0)[:num_rows].repeat_interleave(block, dim=1)[:, :num_cols]
@@ -385,7 +385,7 @@ def dequantize_fp8_block(codes, scale_inv, block=128):
     return decode_e4m3(codes) * _expand_tiles(_as_f32(scale_inv), num_rows, num_cols, block)
 
 
-# --- DeepSeek act_quant (formats.md §4.1) --------------------------------------------------------
+# --- DeepSeek act_quant (docs/formats.md §4.1) --------------------------------------------------------
 
 _INV_E4M3_MAX = torch.tensor(np.float32(1.0) / np.float32(448.0), dtype=torch.float32)
 _AMAX_FLOOR = torch.tensor(np.float32(1e-4), dtype=torch.float32)
@@ -416,7 +416,7 @@ def act_quant(x, scale_fmt="ue8m0"):
     return codes.reshape(x.shape), scales
 
 
-# --- Walsh-Hadamard (models.md §1.4) -------------------------------------------------------------
+# --- Walsh-Hadamard (docs/models.md §1.4) -------------------------------------------------------------
 
 def hadamard(x):
     """Orthonormal Sylvester Hadamard transform along the last axis (n a power of two), natural order,

@@ -16,7 +16,7 @@ MlaBlock + DsaIndexer:
   fl32(rope_theta^(−2i/d_r)) at angle fl32(p·f_i), rotated values rounded BF16 (no YaRN).
 - k_nope / v = W_UK c_kv, W_UV c_kv in FP32, not rounded (as kimi.py: the engine keeps them FP32 so
   its prefill and absorbed forms agree; deepseek_v32.py rounds them, within its tolerance).
-- The indexer is deepseek_v32.indexer_select (§3.2–3.3: rotate-half RoPE unless
+- The indexer is deepseek_v32.indexer_select (docs/models.md §3.2–3.3: rotate-half RoPE unless
   indexer_rope_interleave, Hadamard, FP8 act_quant, top-k with ties to the lower position);
   attention is dense scores with −inf outside the selection (plus causality), softmax FP32 with
   softmax_scale = (d_n + d_r)^−1/2; per-head output (times σ(round(g_proj(x))) with

@@ -1,11 +1,11 @@
 """FP32 PyTorch reference of `kimi_linear` (Kimi-Linear) and `kimi_k3` (Kimi-K3 text decoder),
-models.md §1.1, §2.5, §4, §5, §6.2–6.3, §7.2–7.3.
+docs/models.md §1.1, §2.5, §4, §5, §6.2–6.3, §7.2–7.3.
 
     /usr/bin/python3 -m dayzero_ref.kimi MODEL_DIR --token-ids 1,2,3 --output logits.npy \
         [--kv-cache-dtype bf16|fp8]
 
 writes float32 logits [T, V] of a full-sequence prefill from position 0, with the Kimi numerics
-policy of issue 4 (notes/issue4.md; the issue-3 policy plus):
+policy of issue 4 (docs/models.md §0, §4.1; the issue-3 policy plus):
 
 - KDA: q̂/k̂/v̂ = linear outputs rounded BF16; q, k, v = SiLU(causal depthwise conv, FP32 weights and
   accumulation, zero state at position 0) rounded BF16; q, k per-head L2-normalised in FP32 (ε 1e-6
@@ -39,7 +39,7 @@ reference-only routing_ids [T,k], routing_weights [T,k] (float, rank order), lat
 
 `forced` maps (layer_id, "routing_ids") -> int [T, k] (weights recomputed from the unbiased scores)
 and optionally (layer_id, "routing_weights") -> float [T, k]: that routing replaces the layer's own
-(operator-level comparison through discrete decisions, models.md §8.1).
+(operator-level comparison through discrete decisions, docs/models.md §8.1).
 """
 
 import argparse
@@ -59,14 +59,14 @@ KDA_CHUNK = 16
 L2_NORM_EPS = 1e-6
 SOFTPLUS_THRESHOLD = 20.0
 ROUTING_RENORM_EPS = 1e-20
-KIMI_LINEAR_KV_NORM_EPS = 1e-6  # models.md §2.5: the modeling file's default, not rms_norm_eps
+KIMI_LINEAR_KV_NORM_EPS = 1e-6  # docs/models.md §2.5: the modeling file's default, not rms_norm_eps
 LAYER_TAPS = ("attn_mix", "attn_norm", "q_latent", "kda_q", "kda_k", "kda_v", "kda_g", "kda_beta", "kda_core",
               "attn_out", "ffn_mix", "ffn_norm", "router_scores", "latent_in", "ffn_out", "layer_out")
 REFERENCE_ONLY_TAPS = ("routing_ids", "routing_weights")
 GLOBAL_TAPS = ("final_mix", "final_norm", "logits")
 
 
-# ---------------------------------------------------------------- KDA (models.md §4)
+# ---------------------------------------------------------------- KDA (docs/models.md §4)
 
 def kda_gate(f, a_log, lower_bound=None):
     """f [..., H, d] (including dt_bias), a_log [H] -> natural-log decay g [..., H, d] (§4.2).

@@ -1,4 +1,4 @@
-"""Tiny random checkpoints in exactly the published layout (models.md §7, §8).
+"""Tiny random checkpoints in exactly the published layout (docs/models.md §7, §8).
 
     /usr/bin/python3 -m dayzero_ref.make_tiny ARCH OUTDIR --seed N [--shard-bytes B]
 
@@ -7,20 +7,20 @@ ARCH is deepseek_v32, kimi_linear, kimi_k3 or dayzero_hybrid. OUTDIR receives co
 weights: model.safetensors, or shards plus model.safetensors.index.json (kimi_k3 by default, any
 arch with --shard-bytes).
 
-Weights (models.md §8), N(mean, variance): projections N(0, 1/in); norm weights 1 + N(0, 0.1); router
+Weights (docs/models.md §8), N(mean, variance): projections N(0, 1/in); norm weights 1 + N(0, 0.1); router
 bias N(0, 0.5); embeddings N(0, 1); KDA A_log spread evenly over [0, ln 16] across heads and dt_bias
 uniform over [-3, 3]. Each tensor draws from its own generator seeded by (seed, name), so the bytes of
 a tensor do not depend on which other tensors exist. Quantized tensors go through the bit-exact
 emulation in formats.py (FP8 128x128 blocks for deepseek_v32, compressed-tensors MXFP4 for the K3
 routed experts).
 
-The weights are then reshaped for decisive tests (models.md §8.1): a constant and a coded part of
+The weights are then reshaped for decisive tests (docs/models.md §8.1): a constant and a coded part of
 the embedding, saturated code-reading routers with spread biases (Golomb-ruler marks for the grouped
 deepseek_v32 routing), for deepseek_v32 an indexer that ranks marked tokens by recency, small sublayer
 outputs and a bigram-like lm_head (details and numbers in dayzero_ref/decisive_v32.py and
 dayzero_ref/decisive_kimi.py; `--plain` skips this).
 
-Choices not pinned by models.md §8 (also in the report that introduced this file):
+Choices not pinned by docs/models.md §8 (also in the report that introduced this file):
 - The Kimi tokenizer has 256 special ids after its ranks, so vocab 512 cannot hold a BPE with merges;
   the Kimi tiny models use 512 ranks + 256 specials = vocab_size 768.
 - KDA low-rank gates have rank head_dim (32), as in the published modeling code, not 16.
@@ -51,7 +51,7 @@ KIMI_NUM_RANKS = 512
 DEFAULT_K3_SHARD_BYTES = 512 * 1024
 
 
-# ---------------------------------------------------------------- configs (models.md §8 table)
+# ---------------------------------------------------------------- configs (docs/models.md §8 table)
 
 def deepseek_v32_config():
     return {
@@ -164,7 +164,7 @@ CONFIGS = {"deepseek_v32": deepseek_v32_config, "kimi_linear": kimi_linear_confi
            "kimi_k3": kimi_k3_config, "dayzero_hybrid": dayzero_hybrid_config}
 
 
-# ---------------------------------------------------------------- tensor layouts (models.md §7)
+# ---------------------------------------------------------------- tensor layouts (docs/models.md §7)
 
 def deepseek_v32_layout(c):
     d, h, v = c["hidden_size"], c["num_attention_heads"], c["vocab_size"]
@@ -225,7 +225,7 @@ def kimi_layout(c, prefix=""):
     la = c["linear_attn_config"]
     kh, hd, width = la["num_heads"], la["head_dim"], la["num_heads"] * la["head_dim"]
     bounded = "gate_lower_bound" in la
-    small = "F32" if bounded else "BF16"  # K3 ships conv and o_norm in F32 (models.md §7.3.3)
+    small = "F32" if bounded else "BF16"  # K3 ships conv and o_norm in F32 (docs/models.md §7.3.3)
     mxfp4 = "quantization_config" in c
     kda = {i - 1 for i in la["kda_layers"]}
     pm = prefix + "model."
@@ -356,7 +356,7 @@ def _draw(entry, seed, kda_heads):
 
 def weights(arch, config, seed, decisive=True):
     """name -> RawTensor for every stored tensor of the tiny checkpoint. `decisive`: reshape the
-    draws so that every discrete decision has a clear margin (models.md §8.1, see
+    draws so that every discrete decision has a clear margin (docs/models.md §8.1, see
     dayzero_ref.decisive_v32 and dayzero_ref.decisive_kimi)."""
     text = config.get("text_config", config)
     kda_heads = text.get("linear_attn_config", {}).get("num_heads")

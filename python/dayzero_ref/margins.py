@@ -1,4 +1,4 @@
-"""Margin check for test prompts (models.md §8.1): are the discrete decisions decisive?
+"""Margin check for test prompts (docs/models.md §8.1): are the discrete decisions decisive?
 
     /usr/bin/python3 -m dayzero_ref.margins MODEL_DIR --token-ids 1,2,3 [--trials 10] [--rel 8e-3]
         [--kv-cache-dtype fp8|bf16|both] [--no-mtp]

@@ -1,5 +1,5 @@
 """Pieces shared by the PyTorch references (deepseek_v32.py, kimi.py): checkpoint loading, DeepSeek-style
-sigmoid routing (models.md §6.1–6.2) and the numerics helpers of the issue-3 policy (BF16 rounding points,
+sigmoid routing (docs/models.md §6.1–6.2) and the numerics helpers of the issue-3 policy (BF16 rounding points,
 with the optional noise the margin check injects there)."""
 
 import argparse
@@ -37,7 +37,7 @@ def weight_files(model_dir):
 def load_tensors(model_dir, config):
     """name -> FP32 tensor for every weight of the checkpoint. FP8 block weights are dequantized
     exactly with their weight_scale_inv; compressed-tensors MXFP4 pairs `<m>.weight_packed` +
-    `<m>.weight_scale` become `<m>.weight`, decoded exactly (E2M1 value · 2^(e−127), formats.md §3.4).
+    `<m>.weight_scale` become `<m>.weight`, decoded exactly (E2M1 value · 2^(e−127), docs/formats.md §3.4).
     The scale tensors are dropped from the result. `config`: the (text) config holding
     quantization_config."""
     raw = {}
@@ -78,11 +78,11 @@ def load_tensors(model_dir, config):
     return out
 
 
-# ---------------------------------------------------------------- routing (models.md §6.1)
+# ---------------------------------------------------------------- routing (docs/models.md §6.1)
 
 def route_grouped_sigmoid(scores, bias, n_group, topk_group, top_k, norm_topk_prob,
                           routed_scaling_factor, renorm_eps=0.0):
-    """models.md §6.1 on σ(logits) `scores` [T, E]: (ids int64 [T, k] in rank order, weights
+    """docs/models.md §6.1 on σ(logits) `scores` [T, E]: (ids int64 [T, k] in rank order, weights
     float32 [T, k]). Ties go to the lower group id and the lower expert id."""
     num_tokens, num_experts = scores.shape
     biased = scores + bias[None, :]
@@ -101,7 +101,7 @@ def route_grouped_sigmoid(scores, bias, n_group, topk_group, top_k, norm_topk_pr
 
 def routing_weights(scores, ids, norm_topk_prob, routed_scaling_factor, renorm_eps=0.0):
     """s_e / (Σ s + renorm_eps) (if norm_topk_prob) · routed_scaling_factor, FP32. DeepSeek: eps 0;
-    Kimi (moe_renormalize): 1e-20 (models.md §6.2)."""
+    Kimi (moe_renormalize): 1e-20 (docs/models.md §6.2)."""
     weights = scores.gather(1, ids)
     if norm_topk_prob:
         denominator = weights.sum(dim=-1, keepdim=True)

@@ -1,4 +1,4 @@
-"""Reads and writes safetensors files for tests, without the safetensors package (formats.md §3.1).
+"""Reads and writes safetensors files for tests, without the safetensors package (docs/formats.md §3.1).
 
 torch 1.13 has no float8 dtypes, so a tensor travels as a RawTensor: the safetensors dtype tag, the shape
 (PyTorch order) and the raw little-endian bytes in C order. `raw()` makes one from a torch tensor; pass

@@ -1,4 +1,4 @@
-"""Default deepseek_v32 test prompts (models.md §8 lengths), chosen to pass the margin check.
+"""Default deepseek_v32 test prompts (docs/models.md §8 lengths), chosen to pass the margin check.
 
 Token-id lists for the decisive tiny checkpoint `make_tiny deepseek_v32 DIR --seed CHECKPOINT_SEED`.
 Each passes `python -m dayzero_ref.margins DIR --test-prompts` (10 trials of relative Gaussian noise

@@ -1,4 +1,4 @@
-"""Default Kimi test prompts (models.md §8 lengths), chosen to pass the margin check.
+"""Default Kimi test prompts (docs/models.md §8 lengths), chosen to pass the margin check.
 
 Token-id lists for the decisive tiny checkpoints `make_tiny kimi_linear DIR --seed CHECKPOINT_SEED`
 and `make_tiny kimi_k3 DIR --seed CHECKPOINT_SEED`: the same prompts serve both models. Each passes

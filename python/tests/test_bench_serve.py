@@ -1,4 +1,4 @@
-"""`dayzero bench serve` (serving.md §6), the load client, end to end.
+"""`dayzero bench serve` (docs/serving.md §6), the load client, end to end.
 
 1. Against a mock OpenAI server written here (http.server, chunked SSE) whose delays are known:
    the first text chunk 200 ms after the request, then one every 40 ms, each SSE event written in

@@ -1,4 +1,4 @@
-"""`dayzero logits` and `dayzero generate` on the tiny deepseek_v32 checkpoint (models.md §8).
+"""`dayzero logits` and `dayzero generate` on the tiny deepseek_v32 checkpoint (docs/models.md §8).
 
 1. Every split of the same tokens agrees: full prefill, --prefill-chunk 7 and 24, --decode-from 1,
    10, 16, 17, at lengths crossing index_topk 16 (so both the dense-equivalent and the sparse regime
@@ -12,7 +12,7 @@
    and identical argmax at every position; a wrong position, a wrong cache slot or a skipped
    indexer key moves logits by O(1) of that scale.
 2. Against the FP32 PyTorch reference (dayzero_ref.deepseek_v32, same numerics policy): median over
-   positions of ‖ours − ref‖₂ / ‖ref‖₂ < 2e-2 and argmax agreement ≥ 0.95 (models.md §8.1), for
+   positions of ‖ours − ref‖₂ / ‖ref‖₂ < 2e-2 and argmax agreement ≥ 0.95 (docs/models.md §8.1), for
    the main logits and for the MTP head (--mtp-output; the reference's default post-norm h_t and
    the head's own embed_tokens / shared_head.head). The MTP logits are held to the split checks of
    item 1 too.
@@ -42,7 +42,7 @@ REF_ARGMAX_AGREEMENT = 0.95
 
 def prompt(length, vocab):
     """Test prompt of `length` ids: dayzero_ref.test_prompts when it has one (prompts checked for
-    decisive margins, models.md §8.1), else a fixed pseudo-random draw."""
+    decisive margins, docs/models.md §8.1), else a fixed pseudo-random draw."""
     try:
         from dayzero_ref import test_prompts  # pylint: disable=import-outside-toplevel
         prompts = dict(test_prompts.PROMPTS)

@@ -145,7 +145,7 @@ class DeepseekV32ReferenceTest(unittest.TestCase):
     # ------------------------------------------------------------ the RoPE-layout erratum
 
     def test_erratum_indexer_rope_layout_changes_the_selection(self):
-        # models.md §3.5: with the MLA (interleaved) layout in the indexer, selections differ.
+        # docs/models.md §3.5: with the MLA (interleaved) layout in the indexer, selections differ.
         ids = margins.candidate_prompt(self._marked(), 100, 0, None)  # many marked keys compete
         self.assertFalse(self.config.get("indexer_rope_interleave", False))
         rotate_half = {}
@@ -169,7 +169,7 @@ class DeepseekV32ReferenceTest(unittest.TestCase):
         self.assertTrue(bool(torch.isfinite(bf16).all()))
         self.assertFalse(torch.equal(fp8, bf16))
         per_row = [rel_l2(fp8[t], bf16[t]) for t in range(len(ids))]
-        self.assertLess(float(np.median(per_row)), 2e-2)  # models.md §8.1 logits tolerance
+        self.assertLess(float(np.median(per_row)), 2e-2)  # docs/models.md §8.1 logits tolerance
         self.assertTrue(torch.equal(fp8.argmax(-1), bf16.argmax(-1)))  # decisive prompt
 
     def test_fp8_cache_is_the_act_quant_round_trip(self):
@@ -204,7 +204,7 @@ class DeepseekV32ReferenceTest(unittest.TestCase):
         main = self.ref.forward(ids)
         self.assertTrue(torch.equal(mtp.argmax(-1), main[1:].argmax(-1)))
 
-    # ------------------------------------------------------------ YaRN (models.md §1.3)
+    # ------------------------------------------------------------ YaRN (docs/models.md §1.3)
 
     def test_yarn_constants_of_deepseek_v32(self):
         # Independent arithmetic for d_r 64, θ 10000, L0 4096, β 32/1, factor 40, mscale_all_dim 1.
@@ -243,7 +243,7 @@ class DeepseekV32ReferenceTest(unittest.TestCase):
                                                          + x[2, 1, 7] * math.cos(angle)), places=4)
         self.assertTrue(torch.equal(a[0], x[0]) and torch.equal(b[0], x[0]))  # position 0
 
-    # ------------------------------------------------------------ routing (models.md §6.1)
+    # ------------------------------------------------------------ routing (docs/models.md §6.1)
 
     def test_routing_bias_selects_and_some_experts_idle(self):
         taps = {}
@@ -319,7 +319,7 @@ class DeepseekV32ReferenceTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "experts.3.up_proj.weight: F8_E4M3 weight without"):
             ds.DeepseekV32Reference(broken)
 
-    # ------------------------------------------------------------ decisive prompts (models.md §8.1)
+    # ------------------------------------------------------------ decisive prompts (docs/models.md §8.1)
 
     def test_recorded_prompts_pass_the_margin_check(self):
         # The full check (6 trials, both cache dtypes, every length) is `python -m
@@ -335,7 +335,7 @@ class DeepseekV32ReferenceTest(unittest.TestCase):
         plain = os.path.join(self.tmp.name, "plain")
         make_tiny.make_tiny("deepseek_v32", plain, seed=test_prompts.CHECKPOINT_SEED, decisive=False)
         report = margins.check(ds.DeepseekV32Reference(plain), PROMPTS[65], trials=1)
-        self.assertFalse(report["passed"])  # random weights are not decisive (models.md §8.1)
+        self.assertFalse(report["passed"])  # random weights are not decisive (docs/models.md §8.1)
 
 
 if __name__ == "__main__":

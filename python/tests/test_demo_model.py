@@ -10,7 +10,7 @@
    generation_config.json's 1.1 would otherwise apply), 64 tokens for 5 fixed
    prompts, equals greedy decoding in the reference. Checked by teacher forcing: one reference
    forward over prompt + the engine's tokens must pick every engine token as its argmax (by
-   induction the same as generating in the reference). Near-ties cannot fail it (models.md §8.1):
+   induction the same as generating in the reference). Near-ties cannot fail it (docs/models.md §8.1):
    a step where the engine's token differs is accepted only when the reference ranks the two
    tokens within TIE_TOL (the engine-reference logit difference), and reported; any other
    difference fails. With the shipped model the five prompts agree on every step, with the

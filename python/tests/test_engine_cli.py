@@ -1,5 +1,5 @@
 """`dayzero generate --prompts-file` (and `--prompt`) through the serving engine on the tiny deepseek_v32,
-kimi_linear and kimi_k3 checkpoints (serving.md §2–§3).
+kimi_linear and kimi_k3 checkpoints (docs/serving.md §2–§3).
 
 1. Batched == alone: six prompts of 5–100 tokens (up to 7 blocks of 16) run together with a
    32-token step budget (prefills chunked and mixed with decodes) give the greedy tokens and the
@@ -16,7 +16,7 @@ kimi_linear and kimi_k3 checkpoints (serving.md §2–§3).
 5. `generate --prompt` is one request of the same engine: the text and tokens of the same prompt
    as a prompts-file line, and a stop string cuts it where the text first contains it.
 
-Tolerances (models.md §8.1): batch composition, chunking and recompute change only the FP32
+Tolerances (docs/models.md §8.1): batch composition, chunking and recompute change only the FP32
 summation order and which MLA form runs (see test_deepseek_v32_cli.py), so max |a − b| over a
 prompt's compared rows < 5e-3 · max |alone|, the split tolerance of the model CLI tests. Tokens
 must be identical up to the first position whose top-2 logit margin in the alone run is below
@@ -47,7 +47,7 @@ SYSTEM_LEN = 56  # 3 full blocks and a partial one
 
 
 def test_prompt(arch, length):
-    """The decisive test prompts of dayzero_ref (models.md §8.1)."""
+    """The decisive test prompts of dayzero_ref (docs/models.md §8.1)."""
     # pylint: disable=import-outside-toplevel
     if arch == "deepseek_v32":
         from dayzero_ref import test_prompts as prompts

@@ -1,4 +1,4 @@
-"""Tests of python/dayzero_ref/formats.py (formats.md §1.5, §2.4):
+"""Tests of python/dayzero_ref/formats.py (docs/formats.md §1.5, §2.4):
 
 (a) every encoder over all 65536 BF16 inputs, and every decode table, against an exact reference built
     here with fractions.Fraction (nearest representable value, ties to the even code);
@@ -270,7 +270,7 @@ class CrossLanguageTest(unittest.TestCase):
 
 
 def formula_exponent(amax, elem, rule):
-    """Shared exponent from the formulas of formats.md §2.2, exactly, with Fractions."""
+    """Shared exponent from the formulas of docs/formats.md §2.2, exactly, with Fractions."""
     max_elem, emax = {"e2m1": (6, 2), "e4m3": (448, 8), "e5m2": (57344, 15)}[elem]
     a = Fraction(amax)
     if a == 0:

@@ -4,7 +4,7 @@
 1. Against the PyTorch reference (dayzero_ref.hybrid, same numerics policy) on the decisive prompts
    of test_prompts_hybrid (12 tokens: within index_topk 8 only for the first rows; 40 tokens: sparse),
    kv cache bf16 and fp8: median relative L2 over positions < 2e-2, argmax agreement >= 0.95
-   (models.md §8.1). The sparse selection matters: the dense-attention reference is further from the
+   (docs/models.md §8.1). The sparse selection matters: the dense-attention reference is further from the
    engine than the sparse one.
 2. Every split agrees with the full prefill: --prefill-chunk 7 and 24, --decode-from 1, 9 and 30
    (the index cache and the KDA state written by one path and read by the other); max |a − b| <

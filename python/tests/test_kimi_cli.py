@@ -1,5 +1,5 @@
 """`dayzero logits`, `verify` and `generate` on the tiny kimi_linear and kimi_k3 checkpoints
-(models.md §7.2–7.3, §8).
+(docs/models.md §7.2–7.3, §8).
 
 1. Every split of the same tokens agrees with the full prefill: --prefill-chunk 7 and 24 (chunks
    that split the KDA chunk of 16 unevenly, so the state and the conv rows carry across calls at
@@ -10,7 +10,7 @@
    5e-3 · max |full| and identical argmax at every position; a wrong state layout, a lost conv row
    or a state restarted mid-sequence moves logits by O(1) of that scale.
 2. Against the PyTorch reference (dayzero_ref.kimi, same numerics policy): median over positions
-   of the relative L2 error < 2e-2 and argmax agreement ≥ 0.95 (models.md §8.1).
+   of the relative L2 error < 2e-2 and argmax agreement ≥ 0.95 (docs/models.md §8.1).
 3. `dayzero verify` passes every operator, layer and model row on both checkpoints.
 4. `dayzero generate` streams text and is reproducible for a seed; bad input is refused cleanly.
 """
@@ -36,7 +36,7 @@ REF_ARGMAX_AGREEMENT = 0.95
 
 
 def prompt(length):
-    """The Kimi test prompt of `length` ids (checked for decisive margins, models.md §8.1)."""
+    """The Kimi test prompt of `length` ids (checked for decisive margins, docs/models.md §8.1)."""
     from dayzero_ref import test_prompts_kimi  # pylint: disable=import-outside-toplevel
     return [int(t) for t in test_prompts_kimi.PROMPTS[length]]
 

@@ -40,7 +40,7 @@ class KdaTest(unittest.TestCase):
     LENGTHS = (1, C - 1, C, C + 1, 3 * C + 5)
 
     def test_chunked_equals_recurrence_every_length_and_alignment(self):
-        # Float64: exact algebra up to round-off (1e-12); float32: models.md §8.1, RMS ratio < 1e-5
+        # Float64: exact algebra up to round-off (1e-12); float32: docs/models.md §8.1, RMS ratio < 1e-5
         # (outputs and final state, nonzero initial state, unbounded and bounded gates).
         for length in self.LENGTHS:
             for bounded in (False, True):
@@ -86,7 +86,7 @@ class KdaTest(unittest.TestCase):
         self.assertLess(rms_ratio(state, s_all), 1e-12)
 
     def test_state_layout_is_v_first(self):
-        # One token from zero state with β = 1: S = k vᵀ in models.md §4.4's [d_k, d_v], stored
+        # One token from zero state with β = 1: S = k vᵀ in docs/models.md §4.4's [d_k, d_v], stored
         # V-first [H, d_v, d_k], so state[h, i, j] = v[i] · k[j].
         q, k, v, g, _, _ = kda_inputs(1, seed=5)
         beta = torch.ones(1, HEADS, dtype=torch.float64)
@@ -148,7 +148,7 @@ class AttnResTest(unittest.TestCase):
         a = kimi.attn_res_mix(rows, proj, norm, 1e-5)
         b = kimi.attn_res_mix(rows[::-1], proj, norm, 1e-5)
         self.assertTrue(torch.allclose(a, b, atol=1e-6))
-        cw = (norm * proj[0]).double()  # models.md §5 in float64
+        cw = (norm * proj[0]).double()  # docs/models.md §5 in float64
         s = torch.stack([(r.double() @ cw) / torch.sqrt(r.double().pow(2).mean(-1) + 1e-5)
                          for r in rows])
         p = torch.softmax(s, dim=0)
@@ -295,7 +295,7 @@ class KimiModelTest(unittest.TestCase):
             self.assertGreater(decisive_kimi.ROUTER_GAIN, 1)
 
     def test_stored_prompts_pass_the_margin_check(self):
-        # models.md §8.1: activation noise at the rounding scale flips no routing or argmax. Fewer
+        # docs/models.md §8.1: activation noise at the rounding scale flips no routing or argmax. Fewer
         # trials than the CLI default (10; the stored prompts pass that) to stay within the time.
         for arch, ref in self.refs.items():
             for length, ids in test_prompts_kimi.PROMPTS.items():

@@ -1,4 +1,4 @@
-"""make_tiny: determinism and the published layouts (models.md §7 tensor tables at the §8 sizes)."""
+"""make_tiny: determinism and the published layouts (docs/models.md §7 tensor tables at the §8 sizes)."""
 
 import hashlib
 import json

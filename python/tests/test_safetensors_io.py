@@ -1,4 +1,4 @@
-"""The Python safetensors writer and reader, and the C++ reader on the writer's files (formats.md §3.1).
+"""The Python safetensors writer and reader, and the C++ reader on the writer's files (docs/formats.md §3.1).
 
 The cross-language tests run $DZ_BUILD_DIR/tests/dz_st_dump (tests/tools/st_dump.cpp), which prints
 each tensor's name, dtype, shape and the FNV-1a hash of its bytes as read by dz::formats. They fail,

@@ -1,4 +1,4 @@
-"""`dayzero serve` end to end (serving.md §5, issue 6) on tiny generated checkpoints.
+"""`dayzero serve` end to end (docs/serving.md §5, issue 6) on tiny generated checkpoints.
 
 Server A: deepseek_v32 tiny (chat through the DeepSeek-V3.2 encoder), --max-request-bytes 65536.
   curl non-streaming and streaming (§5.3 event order, usage only when asked), the official

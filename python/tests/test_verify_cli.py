@@ -1,4 +1,4 @@
-"""`dayzero verify` on the tiny deepseek_v32 checkpoint (models.md §8.1).
+"""`dayzero verify` on the tiny deepseek_v32 checkpoint (docs/models.md §8.1).
 
 1. It passes with fp8 and bf16 KV caches on the default decisive prompt (65 tokens, longer than
    index_topk 16, so the indexer selects and attention is sparse), printing operator rows (every

@@ -1,9 +1,9 @@
 #pragma once
-// The block pool of the paged cache (serving.md §1.1–1.5): num_blocks blocks of block_size tokens,
-// block 0 the null block that pads tables and is never handed out. Reference counts (one per block
-// table holding a block: prefix hits and forks share blocks), an intrusive doubly linked free list
-// in LRU order whose free blocks may still carry a prefix hash (the eviction candidates), a hash
-// index of full blocks, and an emergency reserve only running decodes may take. One block id
+// The block pool of the paged cache (docs/serving.md §1.1–1.5): num_blocks blocks of block_size
+// tokens, block 0 the null block that pads tables and is never handed out. Reference counts (one
+// per block table holding a block: prefix hits and forks share blocks), an intrusive doubly linked
+// free list in LRU order whose free blocks may still carry a prefix hash (the eviction candidates),
+// a hash index of full blocks, and an emergency reserve only running decodes may take. One block id
 // reserves a block in every paged layer cache at once (§1.2); this class only does the
 // bookkeeping, model::KvCache holds the bytes. Not thread-safe: the cache coordinator owns it.
 

@@ -261,9 +261,9 @@ TEST(BlockPool, MetricsAndInternalFragmentation) {
   pool.free(a);
 }
 
-// A model-free fuzz of the pool (serving.md §1.9, 5): requests are admitted with a prefix lookup,
-// grow by decode tokens (new blocks at boundaries), fork as CacheCoordinator::fork does (full
-// blocks shared, a partial last block copied into a fresh one), finish and get preempted when
+// A model-free fuzz of the pool (docs/serving.md §1.9, 5): requests are admitted with a prefix
+// lookup, grow by decode tokens (new blocks at boundaries), fork as CacheCoordinator::fork does
+// (full blocks shared, a partial last block copied into a fresh one), finish and get preempted when
 // blocks run out. The test keeps its own model: each request's table and tokens (the owners), and
 // what each block "holds" (the token at each row, -1 for stale rows after an allocation). After
 // every operation: check_invariants, the contents of every live table equal its tokens (no block

@@ -1,8 +1,8 @@
 #pragma once
-// Hash chain of the prefix cache (serving.md §1.4): h_j = H(h_{j-1}, token ids of block j, extra
-// keys), h_{-1} a per-model seed, H = XXH3-128. Extra keys are opaque bytes: the request's cache
-// salt on the first block only (isolates tenants), the cache format (dtype, block size) on every
-// block, and content hashes of images whose placeholders fall in the block.
+// Hash chain of the prefix cache (docs/serving.md §1.4): h_j = H(h_{j-1}, token ids of block j,
+// extra keys), h_{-1} a per-model seed, H = XXH3-128. Extra keys are opaque bytes: the request's
+// cache salt on the first block only (isolates tenants), the cache format (dtype, block size) on
+// every block, and content hashes of images whose placeholders fall in the block.
 
 #include <cstddef>
 #include <cstdint>

@@ -1,6 +1,6 @@
 #pragma once
-// The recurrent-state slot pool of serving.md §1.6-§1.7. Slot ids index a KvCache's KDA state pool;
-// slot 0 is the null slot and never handed out. The pool is split once, at creation: max_live
+// The recurrent-state slot pool of docs/serving.md §1.6-§1.7. Slot ids index a KvCache's KDA state
+// pool; slot 0 is the null slot and never handed out. The pool is split once, at creation: max_live
 // live slots (one per running request, reserved up front so admission never waits for one) and
 // max_checkpoints checkpoint slots owned by the prefix cache, each holding the state after the
 // block keyed by a BlockHash. Checkpoints have their own LRU list and a pin count held while
@@ -62,7 +62,7 @@ class StatePool {
   Status save_checkpoint(int32_t live_slot, const BlockHash& key, int64_t position);
   // The index of the deepest hash in `chain` (block hashes of a prompt, first block first,
   // already cut to the KV hit) that has a checkpoint; none when no block has one. A hybrid
-  // model's hit is (index + 1) blocks, i.e. checkpoint_position() tokens (serving.md §1.7).
+  // model's hit is (index + 1) blocks, i.e. checkpoint_position() tokens (docs/serving.md §1.7).
   std::optional<size_t> find_deepest(std::span<const BlockHash> chain) const;
   std::optional<int64_t> checkpoint_position(const BlockHash& key) const;
   // Copies the checkpoint under `key` into `live_slot` (pinned while copying) and marks it most

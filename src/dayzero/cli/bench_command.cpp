@@ -1,6 +1,6 @@
 // `dayzero bench limits`: the machine's ceilings that every other benchmark reports against
-// (performance.md). Later issues add operator and end-to-end benchmarks as sibling subcommands;
-// `dayzero bench serve` (bench_serve_command.cpp) loads an OpenAI-compatible server.
+// (docs/performance.md). Later issues add operator and end-to-end benchmarks as sibling
+// subcommands; `dayzero bench serve` (bench_serve_command.cpp) loads an OpenAI-compatible server.
 
 #include <cstdio>
 #include <memory>

@@ -3,7 +3,8 @@
 // decode, KDA chunked vs recurrent, MLA absorb, MoE) in this process and prints, per case, the time
 // of one call, the bytes and FLOPs counted from the formulas, and the fraction of the limit that
 // bounds it, measured first in the same run (DRAM read bandwidth at the thread count used, FP32 and
-// BF16 GEMM peaks; performance.md). Derived ratios (sparse vs dense, chunked vs recurrent) follow.
+// BF16 GEMM peaks; docs/performance.md). Derived ratios (sparse vs dense, chunked vs recurrent)
+// follow.
 
 #include "dayzero/cli/bench_ops_command.h"
 

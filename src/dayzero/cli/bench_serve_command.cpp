@@ -1,6 +1,6 @@
 // `dayzero bench serve --url URL --num-prompts N --concurrency C [--input-len L --output-len O]`:
 // load an OpenAI-compatible server with streamed requests and report TTFT, TPOT, ITL, E2EL and
-// throughput as `vllm bench serve` defines them (serving.md §6; serve/bench_client/).
+// throughput as `vllm bench serve` defines them (docs/serving.md §6; serve/bench_client/).
 
 #include "dayzero/cli/bench_serve_command.h"
 

@@ -1,5 +1,5 @@
 #pragma once
-// The engine flags shared by `dayzero generate` and `dayzero serve` (serving.md §2),
+// The engine flags shared by `dayzero generate` and `dayzero serve` (docs/serving.md §2),
 // spelled the same in both, and the EngineConfig they make.
 
 #include <cstdint>

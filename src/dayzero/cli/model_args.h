@@ -1,6 +1,6 @@
 #pragma once
 // Options shared by the subcommands that run a model (`logits`, `generate`), spelled the same in
-// both (design README, "The command line"), and the small parsers they share.
+// both (docs/architecture.md, "The command line"), and the small parsers they share.
 
 #include <cstdint>
 #include <string>

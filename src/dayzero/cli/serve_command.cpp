@@ -1,7 +1,7 @@
 // `dayzero serve [--model DIR] [--host 127.0.0.1] [--port 8000] [--api-key KEY]...
 // [--max-queued-requests N] [--served-model-name NAME] [--max-request-bytes N] [--sse-keepalive S]
-// [--metrics-prefix P]` plus the engine flags: the OpenAI-compatible server (serving.md §5). It
-// listens at once (GET /health answers 503 until the model is loaded), logs its URL, and stops
+// [--metrics-prefix P]` plus the engine flags: the OpenAI-compatible server (docs/serving.md §5).
+// It listens at once (GET /health answers 503 until the model is loaded), logs its URL, and stops
 // cleanly on SIGINT or SIGTERM.
 
 #include <pthread.h>

@@ -1,7 +1,7 @@
 // `dayzero verify --model DIR [--token-ids 1,2,3] [--kv-cache-dtype fp8|bf16] [--threads N]
-// [--python PATH]`: the layered comparison against the PyTorch reference (models.md §8.1). Runs
-// python/dayzero_ref/verify_dump.py into a temporary folder, reads its taps, and prints one row per
-// comparison (operator, layer, model level); the exit status is 1 if any row fails.
+// [--python PATH]`: the layered comparison against the PyTorch reference (docs/models.md §8.1).
+// Runs python/dayzero_ref/verify_dump.py into a temporary folder, reads its taps, and prints one
+// row per comparison (operator, layer, model level); the exit status is 1 if any row fails.
 
 #include <fcntl.h>
 #include <spawn.h>

@@ -1,5 +1,5 @@
 #pragma once
-// A bump allocator for one engine step (style.md §6): sized once at startup, reset after every
+// A bump allocator for one engine step (docs/style.md §6): sized once at startup, reset after every
 // step, never grows. Running out is a broken sizing invariant, not a request error.
 
 #include <cstddef>

@@ -1,6 +1,7 @@
 #pragma once
-// Invariant checks (style.md §17). DZ_CHECK is always on, DZ_DCHECK only in debug builds. Both report
-// file and line and abort: they guard programming errors, never bad input (that returns a Status).
+// Invariant checks (docs/style.md §17). DZ_CHECK is always on, DZ_DCHECK only in debug builds. Both
+// report file and line and abort: they guard programming errors, never bad input (that returns a
+// Status).
 
 #include <fmt/format.h>
 

@@ -11,7 +11,7 @@ enum class DType : uint8_t {
   kF32,
   kF16,
   kBF16,
-  kF8E4M3,  // OCP E4M3 "fn": no Inf, NaN only at 0x7F/0xFF (formats.md §1.1)
+  kF8E4M3,  // OCP E4M3 "fn": no Inf, NaN only at 0x7F/0xFF (docs/formats.md §1.1)
   kF8E5M2,
   kF8E8M0,  // MX scale: 2^(code-127), 0xFF is NaN
   kF4E2M1,  // MX element, two per byte

@@ -1,6 +1,6 @@
 #pragma once
-// Logging goes through spdlog's default logger, the only process-wide state (style.md §16). `main`
-// calls init_logging once; libraries call spdlog::info/warn/... directly.
+// Logging goes through spdlog's default logger, the only process-wide state (docs/style.md §16).
+// `main` calls init_logging once; libraries call spdlog::info/warn/... directly.
 
 #include <string_view>
 

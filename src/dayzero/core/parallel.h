@@ -1,6 +1,6 @@
 #pragma once
 // The one way dayzero runs loops on several cores: OpenMP, with the thread count carried in an
-// ExecContext that callers pass down explicitly (style.md §16: no global mutable state).
+// ExecContext that callers pass down explicitly (docs/style.md §16: no global mutable state).
 
 #include <algorithm>
 #include <cstdint>

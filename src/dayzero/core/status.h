@@ -1,6 +1,6 @@
 #pragma once
-// Errors as values at boundaries (style.md §17): loaders, config parsing and request admission return
-// Status or Result<T>; the message names the file, tensor, field or request that is wrong.
+// Errors as values at boundaries (docs/style.md §17): loaders, config parsing and request admission
+// return Status or Result<T>; the message names the file, tensor, field or request that is wrong.
 
 #include <string>
 #include <string_view>
@@ -16,9 +16,9 @@ enum class StatusCode {
   kInvalidArgument,  // the caller's input is wrong (bad shape, bad JSON, bad config field)
   kNotFound,         // a file, tensor or field that must exist does not
   kCorrupt,          // a file is structurally broken (truncated, offsets out of range)
-  kUnsupported,      // well-formed, but not something dayzero runs (unknown model_type, refused dtype)
-  kIo,               // the operating system refused (open, mmap, read)
-  kInternal,         // a broken invariant reported as a value
+  kUnsupported,  // well-formed, but not something dayzero runs (unknown model_type, refused dtype)
+  kIo,           // the operating system refused (open, mmap, read)
+  kInternal,     // a broken invariant reported as a value
   kResourceExhausted,  // a bounded pool or queue is full (no free slot or block: the server's 503)
   kAlreadyExists,      // a name or id that must be new is taken (a request id in use)
 };
@@ -56,7 +56,7 @@ Status make_error(StatusCode code, fmt::format_string<Args...> format, Args&&...
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : state_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : state_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : state_(std::move(status)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return std::holds_alternative<T>(state_); }
@@ -82,10 +82,10 @@ class [[nodiscard]] Result {
 #define DZ_CONCAT(a, b) DZ_CONCAT_INNER(a, b)
 
 // Returns the Status of `expr` from the enclosing function if it is an error.
-#define DZ_RETURN_IF_ERROR(expr)                         \
-  do {                                                   \
-    ::dz::Status dz_status_ = (expr);                    \
-    if (!dz_status_.ok()) return dz_status_;             \
+#define DZ_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::dz::Status dz_status_ = (expr);        \
+    if (!dz_status_.ok()) return dz_status_; \
   } while (0)
 
 // `DZ_ASSIGN_OR_RETURN(auto x, f())` binds the value of a Result or returns its Status.

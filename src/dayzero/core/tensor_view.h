@@ -1,6 +1,6 @@
 #pragma once
-// A non-owning view of a strided tensor: dtype, shape, strides (in elements), pointer. Shapes are in
-// PyTorch order, row-major, last axis contiguous (style.md §14). Views never free.
+// A non-owning view of a strided tensor: dtype, shape, strides (in elements), pointer. Shapes are
+// in PyTorch order, row-major, last axis contiguous (docs/style.md §14). Views never free.
 
 #include <array>
 #include <cstddef>

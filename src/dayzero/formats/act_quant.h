@@ -1,5 +1,5 @@
 #pragma once
-// DeepSeek activation quantization, bit-for-bit as formats.md §4.1 / models.md §1.5
+// DeepSeek activation quantization, bit-for-bit as docs/formats.md §4.1 / docs/models.md §1.5
 // (deepseek-ai/DeepSeek-V3.2-Exp: inference/kernel.py, act_quant): per group of 128 contiguous BF16
 // values, one FP32 scale and 128 E4M3 codes. Scalar reference.
 

@@ -1,4 +1,4 @@
-// DeepSeek act_quant (formats.md §4.1): bit-for-bit, so every check is exact.
+// DeepSeek act_quant (docs/formats.md §4.1): bit-for-bit, so every check is exact.
 #include "dayzero/formats/act_quant.h"
 
 #include <gtest/gtest.h>

@@ -38,7 +38,7 @@ Result<Json> read_index(const std::string& index_path) {
   }
 }
 
-// Logged, not fatal: producers may count total_size differently (formats.md §3.1, unverified).
+// Logged, not fatal: producers may count total_size differently (docs/formats.md §3.1, unverified).
 void compare_total_size(const std::string& index_path, const Json& index, uint64_t sum_bytes) {
   auto metadata = index.find("metadata");
   if (metadata == index.end() || !metadata->is_object()) return;

@@ -1,7 +1,7 @@
 #pragma once
 // A Hugging Face checkpoint folder: model.safetensors, or model.safetensors.index.json plus the
-// shards it names (formats.md §3.1, "Sharded checkpoints"). Opening validates every shard and the
-// index against them, so every tensor found here is readable.
+// shards it names (docs/formats.md §3.1, "Sharded checkpoints"). Opening validates every shard and
+// the index against them, so every tensor found here is readable.
 
 #include <cstddef>
 #include <map>

@@ -1,5 +1,5 @@
 #pragma once
-// Value checks the loader runs on quantized weights before dequantizing them (formats.md §2.1,
+// Value checks the loader runs on quantized weights before dequantizing them (docs/formats.md §2.1,
 // §3.6): an E8M0 scale 0xFF makes its whole block NaN and an E4M3 NaN code poisons every output it
 // touches, so both are refused with the first offending index.
 

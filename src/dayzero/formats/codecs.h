@@ -1,8 +1,9 @@
 #pragma once
 // Scalar encoders (FP32 → code) and integer-form decoders (code → FP32 bits) for the formats of
-// formats.md §1. Encoders are defined for every FP32 input, including NaN, ±Inf and subnormals.
-// Table decoders (the default, decode_e4m3() etc.) live in decode_tables.h; the *_int decoders here
-// build FP32 bits from the fields with integer operations only and must agree with the tables.
+// docs/formats.md §1. Encoders are defined for every FP32 input, including NaN, ±Inf and
+// subnormals. Table decoders (the default, decode_e4m3() etc.) live in decode_tables.h; the *_int
+// decoders here build FP32 bits from the fields with integer operations only and must agree with
+// the tables.
 
 #include <bit>
 #include <cstdint>
@@ -48,7 +49,7 @@ uint8_t encode_e2m1(float x);
 // clamped to code 0. k > 127 would need the NaN code and is a programming error (DZ_CHECK).
 uint8_t encode_e8m0(int exponent);
 
-// Integer-form decoders (formats.md §1.2, cf. pytorch c10/util/Float8_e4m3fn.h): no float
+// Integer-form decoders (docs/formats.md §1.2, cf. pytorch c10/util/Float8_e4m3fn.h): no float
 // arithmetic.
 float decode_e4m3_int(uint8_t code);
 float decode_e5m2_int(uint8_t code);

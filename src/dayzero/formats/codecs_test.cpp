@@ -1,6 +1,7 @@
-// Exhaustive tests of the scalar codecs (formats.md §1.5). Everything here is exact: comparisons
-// are bit equality, never a tolerance. The encoder oracle is a brute-force search for the nearest
-// grid value (ties to the even code) over all finite codes, independent of the bit-level encoders.
+// Exhaustive tests of the scalar codecs (docs/formats.md §1.5). Everything here is exact:
+// comparisons are bit equality, never a tolerance. The encoder oracle is a brute-force search for
+// the nearest grid value (ties to the even code) over all finite codes, independent of the
+// bit-level encoders.
 #include "dayzero/formats/codecs.h"
 
 #include <gtest/gtest.h>

@@ -1,8 +1,8 @@
 #pragma once
 // FP32 decode tables for the 8-bit and 4-bit formats, generated at compile time from the value
-// formulas of formats.md §1.2 (m · 2^-9, (8+m) · 2^(e−10), ...), not from bit tricks. They are the
-// reference decoders (§6.8); codecs.h has the integer-only form, and a test checks that both agree
-// on every code.
+// formulas of docs/formats.md §1.2 (m · 2^-9, (8+m) · 2^(e−10), ...), not from bit tricks. They are
+// the reference decoders (§6.8); codecs.h has the integer-only form, and a test checks that both
+// agree on every code.
 //
 // NaN codes decode to the quiet NaN 0x7FC00000 carrying the code's sign bit (0xFFC00000 for
 // negative).

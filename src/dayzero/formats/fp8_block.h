@@ -1,5 +1,5 @@
 #pragma once
-// DeepSeek FP8 block-scaled weights (formats.md §3.3): W[i, j] = decode_e4m3(W8[i, j]) ·
+// DeepSeek FP8 block-scaled weights (docs/formats.md §3.3): W[i, j] = decode_e4m3(W8[i, j]) ·
 // scale_inv[i / block_rows, j / block_cols]. Despite its name scale_inv is a multiplier. Edge tiles
 // are partial (e.g. [576, 7168] weights with [5, 56] scales). Scalar reference.
 

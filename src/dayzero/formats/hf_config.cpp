@@ -294,7 +294,7 @@ Result<QuantizationConfig> parse_fp8(const ConfigObject& obj) {
 }
 
 // compressed-tensors: one config group of 4-bit float weights in groups of 32, no activation
-// quantization (formats.md §3.4).
+// quantization (docs/formats.md §3.4).
 Result<QuantizationConfig> parse_compressed_tensors(const ConfigObject& obj) {
   QuantizationConfig q;
   q.method = QuantMethod::kMxfp4CompressedTensors;

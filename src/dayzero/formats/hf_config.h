@@ -2,7 +2,7 @@
 // A typed reader over a Hugging Face config.json, and the sub-structs that several architectures
 // share (rope_scaling, quantization_config). Every error names the file and the JSON path of the
 // field, e.g. `config.json: field "text_config.linear_attn_config.kda_layers[3]": expected a
-// positive integer, found "x"` (style.md §2.3: config structs mirror config.json, fields refused
+// positive integer, found "x"` (docs/style.md §3: config structs mirror config.json, fields refused
 // by name). Per-architecture config structs live with their recipe in model/arch/.
 
 #include <cstdint>
@@ -77,7 +77,7 @@ class ConfigObject {
   std::string path_;
 };
 
-// rope_scaling (models.md §1.3). Only "yarn" is pinned down; other types are refused by name.
+// rope_scaling (docs/models.md §1.3). Only "yarn" is pinned down; other types are refused by name.
 struct RopeScaling {
   std::string type;  // "yarn" ("type" or "rope_type" in the file)
   double factor = 1.0;
@@ -91,9 +91,9 @@ Result<RopeScaling> parse_rope_scaling(const ConfigObject& rope_scaling);
 
 enum class QuantMethod {
   kNone,
-  kFp8Block,                // DeepSeek: F8_E4M3 weights + F32 weight_scale_inv (formats.md §3.3)
-  kMxfp4CompressedTensors,  // compressed-tensors mxfp4-pack-quantized (formats.md §3.4)
-  kMxfp4GptOss,             // gpt-oss blocks/scales (formats.md §3.5)
+  kFp8Block,  // DeepSeek: F8_E4M3 weights + F32 weight_scale_inv (docs/formats.md §3.3)
+  kMxfp4CompressedTensors,  // compressed-tensors mxfp4-pack-quantized (docs/formats.md §3.4)
+  kMxfp4GptOss,             // gpt-oss blocks/scales (docs/formats.md §3.5)
 };
 
 struct ModuleMatcher;  // compiled ignore patterns (hf_config.cpp)

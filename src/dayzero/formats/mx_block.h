@@ -1,6 +1,6 @@
 #pragma once
-// MX block quantization (formats.md §2): 32 consecutive elements along K share one E8M0 scale code
-// E, value_i = 2^(E−127) · elem_i. Elements are E2M1 (MXFP4), E4M3 or E5M2 (MXFP8). Scalar
+// MX block quantization (docs/formats.md §2): 32 consecutive elements along K share one E8M0 scale
+// code E, value_i = 2^(E−127) · elem_i. Elements are E2M1 (MXFP4), E4M3 or E5M2 (MXFP8). Scalar
 // reference.
 
 #include <cstdint>
@@ -12,9 +12,10 @@ inline constexpr int64_t kMxBlockElems = 32;
 
 enum class MxElem : uint8_t { kE2M1, kE4M3, kE5M2 };
 
-// Shared-exponent rules of formats.md §2.2, named by formula because library names disagree ("CEIL"
-// is a different rule in torchao and Triton). amax = max |x_i|; max_elem = 6 / 448 / 57344 and emax
-// = 2 / 8 / 15 for E2M1 / E4M3 / E5M2. Every rule clamps k to >= −127 (all-zero block → code 0).
+// Shared-exponent rules of docs/formats.md §2.2, named by formula because library names disagree
+// ("CEIL" is a different rule in torchao and Triton). amax = max |x_i|; max_elem = 6 / 448 / 57344
+// and emax = 2 / 8 / 15 for E2M1 / E4M3 / E5M2. Every rule clamps k to >= −127 (all-zero block →
+// code 0).
 enum class MxScaleRule : uint8_t {
   // FLOOR (OCP reference, llama.cpp): k = floor(log2 amax) − emax. Elements in (max_elem,
   // 2^(emax+1))

@@ -1,4 +1,4 @@
-// MX block quantization (formats.md §2.4). Exact codecs: all checks are bit or value equality.
+// MX block quantization (docs/formats.md §2.4). Exact codecs: all checks are bit or value equality.
 #include "dayzero/formats/mx_block.h"
 
 #include <gtest/gtest.h>

@@ -1,8 +1,8 @@
 #pragma once
-// Dequantization of the two MXFP4 checkpoint layouts (formats.md §3.4, §3.5) to FP32. Both store
-// one row [out, in] as in/32 blocks of 16 bytes (element 2j in the low nibble of byte j, 2j+1 in
-// the high nibble) plus one E8M0 scale per block; they differ only in how the tensors are shaped.
-// Scalar reference: the loader validates scales (code_checks.h) before calling these.
+// Dequantization of the two MXFP4 checkpoint layouts (docs/formats.md §3.4, §3.5) to FP32. Both
+// store one row [out, in] as in/32 blocks of 16 bytes (element 2j in the low nibble of byte j, 2j+1
+// in the high nibble) plus one E8M0 scale per block; they differ only in how the tensors are
+// shaped. Scalar reference: the loader validates scales (code_checks.h) before calling these.
 
 #include <cstdint>
 #include <span>

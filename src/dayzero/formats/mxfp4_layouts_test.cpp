@@ -13,8 +13,8 @@
 namespace dz::formats {
 namespace {
 
-// Element (r, c) of the logical weight straight from the description in formats.md §3.4: nibble c %
-// 2 of byte [r, c / 2], scale code [r, c / 32].
+// Element (r, c) of the logical weight straight from the description in docs/formats.md §3.4:
+// nibble c % 2 of byte [r, c / 2], scale code [r, c / 32].
 float spec_element(const std::vector<uint8_t>& packed, const std::vector<uint8_t>& scale,
                    int64_t num_cols, int64_t r, int64_t c) {
   const uint8_t byte = packed[r * (num_cols / 2) + c / 2];

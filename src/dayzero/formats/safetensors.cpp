@@ -19,7 +19,8 @@ namespace {
 using Json = nlohmann::json;
 
 // Every dtype string of the safetensors spec, with its width. `dtype` is empty for the ones dayzero
-// refuses (formats.md §3.1): they still get their size checked, so a broken file reads as broken.
+// refuses (docs/formats.md §3.1): they still get their size checked, so a broken file reads as
+// broken.
 struct DTypeSpec {
   std::string_view name;
   uint64_t bits;

@@ -1,7 +1,7 @@
 #pragma once
-// A validated, memory-mapped safetensors file (formats.md §3.1). Opening checks the whole header
-// and the tiling of the data buffer, so every TensorInfo of an open file is in range and sized
-// right.
+// A validated, memory-mapped safetensors file (docs/formats.md §3.1). Opening checks the whole
+// header and the tiling of the data buffer, so every TensorInfo of an open file is in range and
+// sized right.
 //
 // Layout: u64 N (little-endian), N bytes of UTF-8 JSON, then the data buffer. The JSON maps each
 // tensor name to {"dtype", "shape", "data_offsets": [BEGIN, END]}, offsets relative to the buffer.

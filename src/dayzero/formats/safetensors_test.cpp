@@ -366,7 +366,8 @@ TEST(SafetensorsFile, RefusesUnknownDtypes) {
 // §3.1 item 4.
 
 TEST(SafetensorsFile, RefusesAWrongByteSize) {
-  // The example from formats.md §3.1. Sizes are checked before the tiling, so no data is needed.
+  // The example from docs/formats.md §3.1. Sizes are checked before the tiling, so no data is
+  // needed.
   expect_error("{" +
                    entry("model.layers.3.self_attn.kv_b_proj.weight", "F8_E4M3", "[32768, 512]", 0,
                          16777200) +

@@ -3,7 +3,7 @@
 // steps of a batch, MoE experts' token groups) on AMX, reading Wᵀ straight from the blocked
 // layout oneDNN reorders BF16 linear weights into at load (linear_bf16.cpp), so no second copy
 // exists. Why not oneDNN itself: its matmul at M ≤ 64 runs 15–25 % slower than this kernel on
-// weights streamed from DRAM (M = 1–16) and below it at M = 32–64 (performance.md, issue 8):
+// weights streamed from DRAM (M = 1–16) and below it at M = 32–64 (docs/performance.md, issue 8):
 // here every 64-column panel of W is read once from memory for all M rows, 16 rows per AMX tile.
 //
 // The layout ("BA16a64b2a" in oneDNN's tag notation, Wᵀ as [K, N]): 64-column panels, each

@@ -1,7 +1,8 @@
 #pragma once
-// Walsh–Hadamard transform, models.md §1.4: Had_n(x) = H_n x / sqrt(n) with the Sylvester matrix
-// H_n[i][j] = (−1)^popcount(i & j) (natural order, not sequency order). Orthonormal and symmetric,
-// so Had(Had(x)) = x. The DSA indexer applies it with n = 128 to q and k before FP8 quantization.
+// Walsh–Hadamard transform, docs/models.md §1.4: Had_n(x) = H_n x / sqrt(n) with the Sylvester
+// matrix H_n[i][j] = (−1)^popcount(i & j) (natural order, not sequency order). Orthonormal and
+// symmetric, so Had(Had(x)) = x. The DSA indexer applies it with n = 128 to q and k before FP8
+// quantization.
 
 #include <cstdint>
 #include <span>

@@ -1,4 +1,4 @@
-// Walsh–Hadamard reference (models.md §1.4). FP32 butterflies against an FP64 dense product.
+// Walsh–Hadamard reference (docs/models.md §1.4). FP32 butterflies against an FP64 dense product.
 #include "dayzero/kernels/hadamard.h"
 
 #include <gtest/gtest.h>

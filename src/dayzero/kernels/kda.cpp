@@ -77,8 +77,8 @@ void check_dims(const KdaDims& dims) {
            dims.head_dim);
 }
 
-// One chunk of n rows (tokens t0 … t0 + n − 1) of head h, models.md §4.7. Every decay factor is
-// exp of a sum of gates over a token range inside the chunk, accumulated pairwise from column c
+// One chunk of n rows (tokens t0 … t0 + n − 1) of head h, docs/models.md §4.7. Every decay factor
+// is exp of a sum of gates over a token range inside the chunk, accumulated pairwise from column c
 // (never exp(Γ_r) · exp(−Γ_c)), so it is ≤ 1 and its relative error is that of the range's own
 // sum, not of the chunk's cumulative Γ.
 void chunk_plain(const KdaDims& dims, const float* q, const float* k, const float* v,

@@ -1,7 +1,7 @@
 #pragma once
-// Kimi Delta Attention recurrence (models.md §4.4) and its chunked prefill form (§4.7), FP32.
+// Kimi Delta Attention recurrence (docs/models.md §4.4) and its chunked prefill form (§4.7), FP32.
 //
-// Per head, with sc = d^−1/2 and the state S stored V-first [d_v, d_k] (formats.md §5.5):
+// Per head, with sc = d^−1/2 and the state S stored V-first [d_v, d_k] (docs/formats.md §5.5):
 //   S' = Diag(exp(g_t)) · S_{t−1}            (decay key channel d by exp(g_t[d]))
 //   u_t = β_t · (v_t − S'ᵀ k_t)
 //   S_t = S' + k_t u_tᵀ
@@ -21,7 +21,7 @@
 // chunk_size ≥ 32 on a CPU with AMX-BF16 (granted by the OS), kda_chunked runs its three state
 // products (S0ᵀ kg, S0ᵀ qg, the state update) as BF16×3 on AMX tiles: each FP32 operand split into
 // two BF16 parts, hi·hi + hi·lo + lo·hi accumulated in FP32, ≈ 4e-6 relative RMS against the FP64
-// oracle (FP32 FMA: ≈ 2e-7), inside models.md §4.8's 1e-5; everything else stays FP32.
+// oracle (FP32 FMA: ≈ 2e-7), inside docs/models.md §4.8's 1e-5; everything else stays FP32.
 
 #include <cstddef>
 #include <cstdint>
@@ -47,8 +47,8 @@ void kda_recurrent(const ExecContext& ctx, const KdaDims& dims, const float* q, 
 // chunk buffers, 64-byte aligned), whatever the number of tokens.
 size_t kda_chunked_scratch_bytes(const ExecContext& ctx, const KdaDims& dims, int64_t chunk_size);
 
-// models.md §4.7. pos_begin is token 0's absolute position; chunk boundaries sit at multiples of
-// chunk_size (1 ≤ chunk_size ≤ 64). Same data contract as kda_recurrent. Each call allocates
+// docs/models.md §4.7. pos_begin is token 0's absolute position; chunk boundaries sit at multiples
+// of chunk_size (1 ≤ chunk_size ≤ 64). Same data contract as kda_recurrent. Each call allocates
 // kda_chunked_scratch_bytes() from `scratch` and keeps it; a caller running several sequences
 // in one step gives it back between calls with Arena::mark() / release().
 void kda_chunked(const ExecContext& ctx, const KdaDims& dims, const float* q, const float* k,

@@ -114,7 +114,8 @@ inline __m512 hsum16(const float* rows) {
 // hi·hi + hi·lo + lo·hi with FP32 accumulation in the tiles. The dropped lo·lo term and the
 // rounding of lo are each ≤ 2^−16 relative, so the products carry ≈ 2^−17 relative error (RMS):
 // ≈ 4e-6 relative RMS on the outputs at d = 128 (simulated against FP64), inside the 1e-5 of
-// models.md §4.8, where plain BF16 products (≈ 2e-3) are not. All 8 tiles are 16 rows × 64 bytes.
+// docs/models.md §4.8, where plain BF16 products (≈ 2e-3) are not. All 8 tiles are 16 rows × 64
+// bytes.
 
 // hi = bf16(x), lo = bf16(x − hi) for 16 floats (round to nearest even).
 inline void split16(__m512 x, __m256i& hi, __m256i& lo) {

@@ -1,4 +1,4 @@
-// The KDA oracle: models.md §4.4 token by token, the state held in double during the call.
+// The KDA oracle: docs/models.md §4.4 token by token, the state held in double during the call.
 #include <cmath>
 #include <vector>
 

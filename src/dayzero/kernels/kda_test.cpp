@@ -1,6 +1,6 @@
-// KDA kernels against the double-precision recurrence (models.md §4.8). Every comparison is a
+// KDA kernels against the double-precision recurrence (docs/models.md §4.8). Every comparison is a
 // relative RMS ‖out − ref‖ / ‖ref‖ (never elementwise relative, ill-defined near zero) with the
-// FP32-kernel bound of models.md §8.1, 1e-5: FP32 rounding over ≤ 200 tokens of a contracting
+// FP32-kernel bound of docs/models.md §8.1, 1e-5: FP32 rounding over ≤ 200 tokens of a contracting
 // recurrence stays near 1e-6, and a layout, alignment or decay bug gives O(1).
 #include "dayzero/kernels/kda.h"
 
@@ -39,7 +39,7 @@ float sigmoid(float x) {
   return 1.0f / (1.0f + std::exp(-x));
 }
 
-// Fresh random inputs; the gate forms follow models.md §4.2 with the extremes of §4.8.
+// Fresh random inputs; the gate forms follow docs/models.md §4.2 with the extremes of §4.8.
 Inputs make_inputs(KdaDims dims, int64_t num_tokens, Gate gate, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);

@@ -1,10 +1,10 @@
 #pragma once
-// The DSA lightning-indexer scoring and top-k selection, models.md §3.2 step 6 and §3.3: for each
-// query token t of one sequence, every visible cached key s ∈ [0, pos_t] is scored
+// The DSA lightning-indexer scoring and top-k selection, docs/models.md §3.2 step 6 and §3.3: for
+// each query token t of one sequence, every visible cached key s ∈ [0, pos_t] is scored
 //   I[t, s] = sk(s) · Σ_h w_h(t) · ReLU(q8_h(t) · k8(s))
 // on E4M3 codes decoded to FP32 (exact), with FP32 accumulation, and the top k_t = min(top_k,
 // pos_t + 1) positions are kept (ties: higher score first, then lower position). Keys are read
-// from the paged, block-planar FP8 index cache (formats.md §5.4) through the block table.
+// from the paged, block-planar FP8 index cache (docs/formats.md §5.4) through the block table.
 //
 // Variants: lightning_indexer_ref computes each query's full score row and sorts it (test oracle
 // and fallback); lightning_indexer_avx512 streams key blocks with per-query heaps and bounded

@@ -21,7 +21,7 @@ struct ScoredPos {
 static inline float rank_of(float score) {
   return std::isnan(score) ? -std::numeric_limits<float>::infinity() : score;
 }
-// The tie rule of models.md §3.3: higher score first, then lower position.
+// The tie rule of docs/models.md §3.3: higher score first, then lower position.
 static inline bool ranks_before(ScoredPos a, ScoredPos b) {
   const float ra = rank_of(a.score);
   const float rb = rank_of(b.score);

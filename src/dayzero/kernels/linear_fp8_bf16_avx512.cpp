@@ -1,9 +1,9 @@
-// The FP8-block GEMV on BF16 dot products (formats.md §6.4a): E4M3 codes become their exact BF16
-// values through two 128-entry byte tables (VPERMI2B gives the high and the low byte of |value|
-// from the code's low 7 bits, the sign is ORed into the high byte), VPUNPCKL/HBW pair the bytes
-// into words, and VDPBF16PS multiplies them with BF16 activations into FP32. Every E4M3 value,
-// subnormals included, is a normal BF16, so the decode is exact and needs no scale folding; the
-// 128-column block scale multiplies each block's FP32 partial sum. About 5 shuffle/logic
+// The FP8-block GEMV on BF16 dot products (docs/formats.md §6.4a): E4M3 codes become their exact
+// BF16 values through two 128-entry byte tables (VPERMI2B gives the high and the low byte of
+// |value| from the code's low 7 bits, the sign is ORed into the high byte), VPUNPCKL/HBW pair the
+// bytes into words, and VDPBF16PS multiplies them with BF16 activations into FP32. Every E4M3
+// value, subnormals included, is a normal BF16, so the decode is exact and needs no scale folding;
+// the 128-column block scale multiplies each block's FP32 partial sum. About 5 shuffle/logic
 // instructions per 64 codes, against ≈ 24 for the E4M3 → FP16 → FP32 path of
 // linear_fp8_avx512.cpp, which stays for block widths that are not multiples of 64.
 #if defined(__GNUC__) && !defined(__clang__)  // GCC 12 AVX-512 headers: false positives

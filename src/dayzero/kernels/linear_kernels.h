@@ -2,9 +2,10 @@
 // Kernels behind the FP8 block and MXFP4 linear formats (linear_fp8_block.h, linear_mxfp4.h),
 // internal to kernels/. The AVX-512 variants live in linear_fp8_avx512.cpp,
 // linear_fp8_bf16_avx512.cpp and linear_mxfp4_avx512.cpp; linear_ref.cpp holds the scalar oracle
-// they are tested against. E4M3 is decoded exactly through FP16 (formats.md §6.2 + §6.3): FP16 bits
-// (code & 0x80) << 8 | (code & 0x7F) << 7 hold value · 2^-8 for every finite code, and VCVTPH2PS
-// widens them exactly; the 2^8 is folded back once per output (GEMV) or into the scale (tiles).
+// they are tested against. E4M3 is decoded exactly through FP16 (docs/formats.md §6.2 + §6.3): FP16
+// bits (code & 0x80) << 8 | (code & 0x7F) << 7 hold value · 2^-8 for every finite code, and
+// VCVTPH2PS widens them exactly; the 2^8 is folded back once per output (GEMV) or into the scale
+// (tiles).
 
 #include <cstdint>
 
@@ -27,7 +28,7 @@ void fp8_gemv_rows_avx512(const uint8_t* codes, const float* scale_inv,
                           const formats::Fp8BlockShape& shape, const float* x, int64_t num_tokens,
                           float* y, int64_t row_begin, int64_t row_end);
 
-// The BF16 variant (linear_fp8_bf16_avx512.cpp, AVX-512 VBMI + BF16; formats.md §6.4a): codes
+// The BF16 variant (linear_fp8_bf16_avx512.cpp, AVX-512 VBMI + BF16; docs/formats.md §6.4a): codes
 // decoded exactly to BF16 by VPERMI2B byte tables, VDPBF16PS against BF16 activations, FP32
 // partial sum per column block times its scale. Needs block_cols % 64 == 0 (a 64-code load never
 // straddles two blocks). Activation layout: per 64 elements two halves of 32 BF16 codes, word
@@ -63,9 +64,9 @@ void fp8_dequantize_rows_f32_avx512(const uint8_t* codes, const float* scale_inv
                                     const formats::Fp8BlockShape& shape, int64_t row_begin,
                                     int64_t row_end, float* out);
 
-// MXFP4 (formats.md §3.4): packed [out, in/2] E2M1 nibbles (element 2b in the low nibble of byte
-// b), scales [out, in/32] E8M0 codes (never 0xFF: the loader refuses them), in % 32 == 0. Kernels
-// in linear_mxfp4_avx512.cpp (AVX-512 BW + BF16).
+// MXFP4 (docs/formats.md §3.4): packed [out, in/2] E2M1 nibbles (element 2b in the low nibble of
+// byte b), scales [out, in/32] E8M0 codes (never 0xFF: the loader refuses them), in % 32 == 0.
+// Kernels in linear_mxfp4_avx512.cpp (AVX-512 BW + BF16).
 
 // Most tokens one GEMV pass keeps in registers.
 inline constexpr int64_t kMxfp4GemvMaxTokens = 8;

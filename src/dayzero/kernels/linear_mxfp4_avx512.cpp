@@ -1,8 +1,8 @@
-// MXFP4 kernels behind LinearWeight (formats.md §3.4, §6.6): E2M1 nibbles become BF16 by a 32-word
-// VPERMW table (the table repeats after 16 entries, so the index's bit 4 is ignored), VDPBF16PS
-// multiplies them with BF16 activations, and each block's 2^(E−127) is applied in FP32 after the
-// block's dot product. The scale is never folded into the BF16 operand: codes 0 and 1 would make
-// it subnormal, which VDPBF16PS flushes (formats.md §6).
+// MXFP4 kernels behind LinearWeight (docs/formats.md §3.4, §6.6): E2M1 nibbles become BF16 by a
+// 32-word VPERMW table (the table repeats after 16 entries, so the index's bit 4 is ignored),
+// VDPBF16PS multiplies them with BF16 activations, and each block's 2^(E−127) is applied in FP32
+// after the block's dot product. The scale is never folded into the BF16 operand: codes 0 and 1
+// would make it subnormal, which VDPBF16PS flushes (docs/formats.md §6).
 #if defined(__GNUC__) && !defined(__clang__)  // GCC 12 AVX-512 headers: false positives
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -19,7 +19,7 @@
 namespace dz::kernels::detail {
 namespace {
 
-// BF16 bits of the 16 E2M1 codes (formats.md §1.3), twice.
+// BF16 bits of the 16 E2M1 codes (docs/formats.md §1.3), twice.
 alignas(64) constexpr std::array<uint16_t, 32> kE2m1Bf16 = {
     0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0, 0x8000, 0xBF00, 0xBF80,
     0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0, 0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040,
@@ -216,7 +216,7 @@ void mxfp4_dequantize_rows_avx512(const uint8_t* packed, const uint8_t* scales, 
       if (out_bf16 != nullptr && s[b] >= 2 && s[b] <= 252) {
         // Dword k = byte k; k | k << 12 puts its low nibble in the low word's index bits and its
         // high nibble in the high word's, so one VPERMW gives elements 2k, 2k + 1 in order. The
-        // scale goes into the exponent (formats.md §6.7): every nonzero E2M1 value · 2^(E−127)
+        // scale goes into the exponent (docs/formats.md §6.7): every nonzero E2M1 value · 2^(E−127)
         // stays a normal BF16 for 2 ≤ E ≤ 252; zeros keep their bits (±0).
         const __m512i bytes =
             _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16 * b)));

@@ -1,9 +1,9 @@
-// LinearWeight on compressed-tensors MXFP4 weights (linear.h, formats.md §3.4): load checks,
+// LinearWeight on compressed-tensors MXFP4 weights (linear.h, docs/formats.md §3.4): load checks,
 // dequantize() and the tile decoder against the formats reference (bit-exact), and forward() —
 // the fused GEMV (1–8 tokens) and the dequantized-tile GEMM (more) — against an FP64 product of
 // the BF16-rounded activations and the exact weights. Tolerance: relative RMS error < 1e-5. Every
 // product is exact (E2M1 has 2 significant bits, BF16 activations 8) and VDPBF16PS / oneDNN add
-// them in FP32, rounding each pair sum separately (formats.md §6): errors of a few 2^-24 per
+// them in FP32, rounding each pair sum separately (docs/formats.md §6): errors of a few 2^-24 per
 // addition, ~1e-7 relative for K ≤ 1024, far below the bound.
 #include <gtest/gtest.h>
 
@@ -64,7 +64,7 @@ Mxfp4 random_weight(std::mt19937& rng, int64_t out, int64_t in, int scale_lo, in
 
 // Mostly realistic codes, with a tenth of the blocks at 0–2 and a tenth at 180–200. The first block
 // of every row stays realistic: a row made only of code-2 blocks would give products below 2^-126,
-// which the BF16 tiles' AMX flushes (formats.md §6) — a deviation far below any real weight ·
+// which the BF16 tiles' AMX flushes (docs/formats.md §6) — a deviation far below any real weight ·
 // activation, but a large relative one for such a row.
 Mxfp4 mixed_scale_weight(std::mt19937& rng, int64_t out, int64_t in) {
   Mxfp4 w = random_weight(rng, out, in, 115, 130);

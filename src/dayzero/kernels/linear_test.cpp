@@ -1,7 +1,8 @@
 // LinearWeight (linear.h): load-time conversions and checks, dequantize() against the formats
 // references, and forward() against an FP64 product of the same BF16-rounded activations and the
-// dequantized weights. Tolerance: relative RMS error < 1e-5 (models.md §8.1, FP32 accumulation:
-// the FP32 sums of up to ~1000 terms stay near 2^-24·sqrt(K) relative, far below the bound).
+// dequantized weights. Tolerance: relative RMS error < 1e-5 (docs/models.md §8.1, FP32
+// accumulation: the FP32 sums of up to ~1000 terms stay near 2^-24·sqrt(K) relative, far below the
+// bound).
 #include "dayzero/kernels/linear.h"
 
 #include <gmock/gmock.h>
@@ -345,7 +346,7 @@ TEST(LinearKernels, Fp8GemvMatchesTheReferenceForEveryTokenCount) {
   }
 }
 
-// The BF16 GEMV (formats.md §6.4a byte tables + VDPBF16PS) against the scalar reference: odd
+// The BF16 GEMV (docs/formats.md §6.4a byte tables + VDPBF16PS) against the scalar reference: odd
 // shapes, block widths 64 and 128, every token count of one pass, codes that include ±0 and
 // subnormals (the reference is never all zero: relative errors stay defined), arbitrary scales.
 TEST(LinearKernels, Fp8Bf16GemvMatchesTheReferenceForEveryTokenCount) {

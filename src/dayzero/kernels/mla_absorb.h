@@ -1,6 +1,6 @@
 #pragma once
-// The absorbed MLA projections around mla_attention_absorbed (models.md §2.3), FP32, for a group
-// of n query tokens (the decode rows of every absorbed sequence of a step):
+// The absorbed MLA projections around mla_attention_absorbed (docs/models.md §2.3), FP32, for a
+// group of n query tokens (the decode rows of every absorbed sequence of a step):
 //   absorb_q:  q_abs[i, h, :] = Σ_k q_nope[i, h, k] · W_UK[h, k, :]     (W_UK [H, d_n, r_kv])
 //   expand_o:  o[i, h, k]     = Σ_j W_UV[h, k, j] · o_lat[i, h, j]      (W_UV [H, d_v, r_kv])
 // Both walk head by head over all tokens of the group, so each head's weight block (d·r_kv FP32)

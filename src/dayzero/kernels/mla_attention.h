@@ -1,8 +1,8 @@
 #pragma once
-// MLA attention over the paged latent cache, models.md §2.2–2.3, dense causal or over per-query
-// selections (§3.4). Both forms read every key back from the cache (write first, then attend), so
-// the FP8 round trip of c_kv applies to both (models.md §2.4). Scores and softmax are FP32; the
-// outputs are FP32 and not rounded (the caller rounds where the model stores BF16).
+// MLA attention over the paged latent cache, docs/models.md §2.2–2.3, dense causal or over
+// per-query selections (§3.4). Both forms read every key back from the cache (write first, then
+// attend), so the FP8 round trip of c_kv applies to both (docs/models.md §2.4). Scores and softmax
+// are FP32; the outputs are FP32 and not rounded (the caller rounds where the model stores BF16).
 //
 //   absorbed (decode): S_h[s] = (q_abs_h·c_kv(s) + q_pe_h·k_pe(s))·scale,  o_lat_h = Σ_s
 //   P_h[s]·c_kv(s) prefill:           S_h[s] = (q_nope_h·W_UK_h c_kv(s) + q_pe_h·k_pe(s))·scale,
@@ -23,7 +23,7 @@
 namespace dz::kernels {
 
 // One sequence's latent records as the kernels read them: position p lives at slot
-// block_table[p / block_size]·block_size + p % block_size (formats.md §5.1).
+// block_table[p / block_size]·block_size + p % block_size (docs/formats.md §5.1).
 struct MlaCacheView {
   MlaCacheLayout layout;
   const std::byte* pool = nullptr;

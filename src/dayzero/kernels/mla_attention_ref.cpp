@@ -1,5 +1,5 @@
-// Plain MLA attention (models.md §2.2–2.3): gather a query's keys from the cache, FP64 scores and a
-// two-pass softmax. The oracle for the tiled kernels in mla_attention.cpp.
+// Plain MLA attention (docs/models.md §2.2–2.3): gather a query's keys from the cache, FP64 scores
+// and a two-pass softmax. The oracle for the tiled kernels in mla_attention.cpp.
 #include <algorithm>
 #include <cmath>
 #include <vector>

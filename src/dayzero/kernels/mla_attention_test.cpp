@@ -184,7 +184,7 @@ class MlaAttention : public ::testing::TestWithParam<Dims> {};
 
 // Tolerance: both sides are FP32 math on identical inputs (the cache is read back the same way);
 // the kernels reassociate FP32 sums, the references accumulate in FP64: rel RMS < 1e-5
-// (models.md §8.1, fp32 kernels).
+// (docs/models.md §8.1, fp32 kernels).
 constexpr double kFp32Tolerance = 1e-5;
 
 TEST_P(MlaAttention, TiledFormsMatchReferencesDenseAndSparse) {

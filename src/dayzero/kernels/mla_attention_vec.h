@@ -1,6 +1,6 @@
 #pragma once
 // Inner loops of the tiled MLA attention kernels (private to kernels/): a generic variant and an
-// AVX-512 one, chosen once from the CPU features (style.md §5). Both accumulate in FP32.
+// AVX-512 one, chosen once from the CPU features (docs/style.md §5). Both accumulate in FP32.
 
 #include <cstdint>
 

@@ -43,7 +43,8 @@ void layer_norm(const ExecContext& ctx, const float* x, int64_t x_stride, const 
 
 void round_to_bf16(float* x, int64_t num_elems) {
   // The AVX-512 loop rounds exactly as formats::round_to_bf16 (RNE, NaN → the quiet NaN); the
-  // scalar codec call per element was ~5 % of a batch-64 decode step (performance.md, issue 8).
+  // scalar codec call per element was ~5 % of a batch-64 decode step (docs/performance.md, issue
+  // 8).
   if (cpu_features().avx512) {
     detail::round_to_bf16_avx512(x, num_elems, nullptr, x);
     return;

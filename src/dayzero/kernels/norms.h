@@ -1,6 +1,6 @@
 #pragma once
-// Row normalizations, models.md §1.1. FP32 in, FP32 out, FP32 accumulation; callers round to BF16
-// where the model stores activations (formats::round_to_bf16).
+// Row normalizations, docs/models.md §1.1. FP32 in, FP32 out, FP32 accumulation; callers round to
+// BF16 where the model stores activations (formats::round_to_bf16).
 
 #include <cstdint>
 
@@ -19,7 +19,7 @@ void layer_norm(const ExecContext& ctx, const float* x, int64_t x_stride, const 
                 float eps);
 
 // Rounds every value to the nearest BF16 (RNE), in place: activations are stored as BF16 between
-// blocks (models.md §0), kept in FP32 buffers so that kernels read one type.
+// blocks (docs/models.md §0), kept in FP32 buffers so that kernels read one type.
 void round_to_bf16(float* x, int64_t num_elems);
 
 }  // namespace dz::kernels

@@ -12,7 +12,7 @@ namespace dz::kernels {
 namespace {
 
 // FP32 kernels against FP64 references on fresh random rows (odd widths, strided rows):
-// relative RMS error < 1e-5 (models.md §8.1, fp32 kernels).
+// relative RMS error < 1e-5 (docs/models.md §8.1, fp32 kernels).
 double relative_rms(const std::vector<float>& got, const std::vector<double>& want) {
   double error = 0, norm = 0;
   for (size_t i = 0; i < got.size(); ++i) {

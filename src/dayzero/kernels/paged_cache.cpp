@@ -40,8 +40,8 @@ void write_mla_record(const MlaCacheLayout& layout, std::byte* pool, int64_t slo
   }
   DZ_CHECK(layout.latent_dim % kTileElems == 0, "fp8 latent_dim {} is not a multiple of 128",
            layout.latent_dim);
-  // act_quant reads BF16 codes: c_kv is BF16-valued already, so this is exact (formats.md §4.1:
-  // quantizing FP32 directly would be a different double rounding).
+  // act_quant reads BF16 codes: c_kv is BF16-valued already, so this is exact (docs/formats.md
+  // §4.1: quantizing FP32 directly would be a different double rounding).
   std::array<uint16_t, kTileElems> tile_bf16;
   std::array<uint8_t, kTileElems> tile_codes;
   const int64_t num_tiles = layout.latent_dim / kTileElems;

@@ -1,7 +1,7 @@
 #pragma once
-// Byte layouts of the paged attention caches, formats.md §5. A pool is one contiguous region of
-// num_blocks · block_size token records; a slot is block_id · block_size + offset. Kernels read and
-// write through these functions only, so the layouts live in one place.
+// Byte layouts of the paged attention caches, docs/formats.md §5. A pool is one contiguous region
+// of num_blocks · block_size token records; a slot is block_id · block_size + offset. Kernels read
+// and write through these functions only, so the layouts live in one place.
 
 #include <cstddef>
 #include <cstdint>
@@ -11,7 +11,7 @@ namespace dz::kernels {
 
 enum class KvCacheDtype { kFp8, kBf16 };
 
-// One MLA latent record per token (formats.md §5.2–5.3), generalised from DeepSeek's 512 + 64:
+// One MLA latent record per token (docs/formats.md §5.2–5.3), generalised from DeepSeek's 512 + 64:
 // fp8:  [latent_dim E4M3 codes][latent_dim/128 FP32 scales][rope_dim BF16]  (656 B for 512 + 64)
 // bf16: [latent_dim BF16][rope_dim BF16]                                     (1152 B for 512 + 64)
 struct MlaCacheLayout {
@@ -33,8 +33,8 @@ void write_mla_record(const MlaCacheLayout& layout, std::byte* pool, int64_t slo
 // [latent_dim + rope_dim]. decode(code) · scale is exact, so this is the dequantized value.
 void read_mla_record(const MlaCacheLayout& layout, const std::byte* pool, int64_t slot, float* out);
 
-// Indexer key cache (formats.md §5.4): block-planar, per block all keys (head_dim E4M3 codes each,
-// token-major), then all FP32 scales. key_dim is index_head_dim (128).
+// Indexer key cache (docs/formats.md §5.4): block-planar, per block all keys (head_dim E4M3 codes
+// each, token-major), then all FP32 scales. key_dim is index_head_dim (128).
 struct IndexCacheLayout {
   int64_t key_dim = 128;
   int64_t block_size = 64;

@@ -1,4 +1,4 @@
-// Paged cache record layouts (formats.md §5.2–5.4): round trips through the accessors, byte
+// Paged cache record layouts (docs/formats.md §5.2–5.4): round trips through the accessors, byte
 // positions, and the block-planar index cache read back through its offsets.
 #include "dayzero/kernels/paged_cache.h"
 
@@ -61,8 +61,8 @@ TEST_P(MlaRecordRoundTrip, EverySlotOfSeveralBlocksReadsBackItsOwnRecord) {
     auto& latent = latents[static_cast<size_t>(slot)];
     auto& rope = ropes[static_cast<size_t>(slot)];
     latent = random_values(rng, layout.latent_dim, true);
-    // The cache receives BF16-valued latents (models.md §0); the bf16 layout is also checked on
-    // unrounded input below.
+    // The cache receives BF16-valued latents (docs/models.md §0); the bf16 layout is also checked
+    // on unrounded input below.
     if (layout.dtype == KvCacheDtype::kFp8)
       for (auto& v : latent) v = formats::round_to_bf16(v);
     rope = random_values(rng, layout.rope_dim, false);

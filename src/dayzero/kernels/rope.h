@@ -1,5 +1,5 @@
 #pragma once
-// Rotary position embedding, models.md §1.2–1.3: per-pair inverse frequencies (plain or YaRN),
+// Rotary position embedding, docs/models.md §1.2–1.3: per-pair inverse frequencies (plain or YaRN),
 // angles as an FP32 product p·f_i with FP32 cos/sin (as the reference: a double angle drifts by
 // ~1e-2 rad at 160K), and the two pair layouts.
 
@@ -13,7 +13,7 @@ namespace dz::kernels {
 
 enum class RopeLayout {
   kInterleaved,  // pairs (x[2i], x[2i+1]): DeepSeek MLA
-  kRotateHalf,   // pairs (x[j], x[j + d/2]): the DSA indexer (models.md §3.5)
+  kRotateHalf,   // pairs (x[j], x[j + d/2]): the DSA indexer (docs/models.md §3.5)
 };
 
 struct YarnParams {

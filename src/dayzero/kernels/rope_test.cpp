@@ -10,8 +10,8 @@
 namespace dz::kernels {
 namespace {
 
-// DeepSeek-V3.2's YaRN (models.md §1.3): d_r 64, θ 10000, factor 40, L0 4096, β 32/1. The ramp runs
-// from pair 10 (unchanged at and below) to pair 23 (divided by 40 at and above).
+// DeepSeek-V3.2's YaRN (docs/models.md §1.3): d_r 64, θ 10000, factor 40, L0 4096, β 32/1. The ramp
+// runs from pair 10 (unchanged at and below) to pair 23 (divided by 40 at and above).
 TEST(YarnRopeFrequencies, MatchTheDeepSeekConstants) {
   YarnParams yarn{.factor = 40,
                   .original_max_position_embeddings = 4096,
@@ -30,14 +30,14 @@ TEST(YarnRopeFrequencies, MatchTheDeepSeekConstants) {
     EXPECT_GT(scaled.inv_freq[i], plain.inv_freq[i] / 40.0f) << i;
   }
   EXPECT_EQ(scaled.magnitude, 1.0f);  // M(s, 1) / M(s, 1)
-  // softmax scale correction M(40, 1)² for d_n + d_r = 192: 0.135234 (models.md §1.3).
+  // softmax scale correction M(40, 1)² for d_n + d_r = 192: 0.135234 (docs/models.md §1.3).
   double scale = std::pow(192.0, -0.5) * std::pow(yarn_mscale(40, 1.0), 2);
   EXPECT_NEAR(scale, 0.135234, 5e-7);
   EXPECT_EQ(yarn_mscale(1.0, 1.0), 1.0);
 }
 
-// Both layouts against the formulas of models.md §1.2 evaluated independently, on random inputs,
-// with positions up to 160K where FP32 angles matter.
+// Both layouts against the formulas of docs/models.md §1.2 evaluated independently, on random
+// inputs, with positions up to 160K where FP32 angles matter.
 TEST(ApplyRope, BothLayoutsMatchTheFormulas) {
   std::mt19937 rng(std::random_device{}());
   std::normal_distribution<float> normal;

@@ -1,7 +1,8 @@
 #pragma once
-// The short causal depthwise convolution of KDA (models.md §4.3) followed by SiLU, with its decode
-// state (formats.md §5.5): the last width − 1 pre-convolution rows, stored as BF16 codes because
-// the projections feeding the convolution are BF16-valued (models.md §0), so the codes are exact.
+// The short causal depthwise convolution of KDA (docs/models.md §4.3) followed by SiLU, with its
+// decode state (docs/formats.md §5.5): the last width − 1 pre-convolution rows, stored as BF16
+// codes because the projections feeding the convolution are BF16-valued (docs/models.md §0), so the
+// codes are exact.
 
 #include <cstdint>
 

@@ -1,4 +1,4 @@
-// The KDA short convolution against its double-precision oracle (models.md §4.3).
+// The KDA short convolution against its double-precision oracle (docs/models.md §4.3).
 #include "dayzero/kernels/short_conv.h"
 
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 #pragma once
-// A parsed model config, as one recipe understands it (style.md §2.2). The registry picks the
+// A parsed model config, as one recipe understands it (docs/style.md §2). The registry picks the
 // recipe from model_type; the recipe parses its typed config (model/arch/<recipe>.h) and answers
 // these questions from it. Nothing outside the recipe reads the config JSON.
 

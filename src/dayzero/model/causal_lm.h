@@ -1,7 +1,7 @@
 #pragma once
-// What the engine sees of a loaded model, whatever its architecture (README.md, "Data through one
-// engine step"): the caches it needs per layer, and one forward over a ForwardBatch that writes
-// the batch's cache records and returns FP32 logits for the rows asked for.
+// What the engine sees of a loaded model, whatever its architecture (docs/architecture.md, "Data
+// through one engine step"): the caches it needs per layer, and one forward over a ForwardBatch
+// that writes the batch's cache records and returns FP32 logits for the rows asked for.
 
 #include <cstdint>
 #include <memory>
@@ -41,7 +41,7 @@ class CausalLm {
                          std::span<const int64_t> logits_rows, float* out_logits,
                          TapSink* taps) = 0;
 
-  // Multi-token prediction (DeepSeek MTP, models.md §7.1): whether a head predicts token t+2.
+  // Multi-token prediction (DeepSeek MTP, docs/models.md §7.1): whether a head predicts token t+2.
   virtual bool has_mtp() const { return false; }
   // The MTP head after forward(): token i of `batch` is x_{t+1} for the last forward()'s token i,
   // at the same position t and slot (so at most as many tokens). It reads the main model's state

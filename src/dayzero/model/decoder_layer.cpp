@@ -10,7 +10,8 @@
 namespace dz::model {
 namespace {
 
-// y = round_bf16(RMSNorm(x)) over num_rows rows of width dim (models.md §1.1: FP32, rounded once).
+// y = round_bf16(RMSNorm(x)) over num_rows rows of width dim (docs/models.md §1.1: FP32, rounded
+// once).
 void rms_norm_bf16(const ExecContext& ctx, const float* x, const std::vector<float>& weight,
                    float* y, int64_t num_rows, int64_t dim, float eps) {
   kernels::rms_norm(ctx, x, dim, weight.data(), y, dim, num_rows, dim, eps);
@@ -89,7 +90,7 @@ void DecoderLayer::attention(const ExecContext& ctx, const ForwardBatch& batch, 
   TokenSelection attend;
   std::vector<int32_t> selection;
   if (indexer != nullptr) {
-    // The indexer always runs: it fills the index cache for later tokens (models.md §3.6).
+    // The indexer always runs: it fills the index cache for later tokens (docs/models.md §3.6).
     const int64_t K = indexer->config().index_topk;
     selection.resize(static_cast<size_t>(T * K));  // [T, K], −1 padded
     indexer->select(ctx, batch, normed, c_q.data(), cache.index_layer(layer_id), selection, scratch,
@@ -98,7 +99,7 @@ void DecoderLayer::attention(const ExecContext& ctx, const ForwardBatch& batch, 
       for (size_t i = 0; i < selection.size(); ++i) selection[i] = static_cast<int32_t>(given[i]);
     scratch.reset();
     // While every token sees at most K positions the selection is the whole causal prefix
-    // (models.md §3.3), so dense attention is the same set and cheaper.
+    // (docs/models.md §3.3), so dense attention is the same set and cheaper.
     const bool sparse = std::any_of(batch.positions.begin(), batch.positions.end(),
                                     [K](int32_t pos) { return pos + 1 > K; });
     if (sparse) attend = TokenSelection{.positions = selection, .width = K};

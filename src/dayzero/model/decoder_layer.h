@@ -1,5 +1,5 @@
 #pragma once
-// One decoder layer as blocks (models.md §7): a token mixer (MLA, MLA with the DSA indexer, or
+// One decoder layer as blocks (docs/models.md §7): a token mixer (MLA, MLA with the DSA indexer, or
 // KDA) and an FFN (dense gated MLP, MoE, latent MoE), each behind its pre-norm. The residual
 // around them (plain sum or AttnRes) belongs to the model that stacks the layers; a layer only
 // turns a normalized input into a sublayer output. Recipes fill the blocks a layer has; nothing
@@ -44,7 +44,7 @@ struct DecoderLayer {
   MlpActivation dense_activation;
   std::unique_ptr<MoeBlock> moe;
 
-  // AttnRes pseudo-queries folded with their norms (models.md §5); empty without AttnRes.
+  // AttnRes pseudo-queries folded with their norms (docs/models.md §5); empty without AttnRes.
   std::vector<float> attn_res_query;  // before the mixer
   std::vector<float> ffn_res_query;   // before the FFN
   bool attn_res_write = false;        // the running prefix joins the bank before the mixer

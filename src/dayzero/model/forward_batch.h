@@ -1,6 +1,7 @@
 #pragma once
-// Everything one forward step needs (style.md §7), passed from the recipe to each block and kernel.
-// All scheduled tokens are flattened into one array; each sequence owns a contiguous range of it.
+// Everything one forward step needs (docs/style.md §7), passed from the recipe to each block and
+// kernel. All scheduled tokens are flattened into one array; each sequence owns a contiguous range
+// of it.
 
 #include <cstdint>
 #include <span>
@@ -13,10 +14,10 @@ struct SequenceSlice {
   int64_t num_tokens = 0;   // tokens of this sequence in this step
   int64_t pos_begin = 0;    // position of its first token = tokens of it already in the cache
   // Physical block ids covering positions [0, pos_begin + num_tokens): position p lives in block
-  // block_table[p / block_size] at offset p % block_size (formats.md §5.1).
+  // block_table[p / block_size] at offset p % block_size (docs/formats.md §5.1).
   std::span<const int32_t> block_table;
-  // Recurrent-state slot of the sequence (KDA layers, serving.md §1.6); −1: none (models without
-  // recurrent layers).
+  // Recurrent-state slot of the sequence (KDA layers, docs/serving.md §1.6); −1: none (models
+  // without recurrent layers).
   int32_t state_slot = -1;
 
   int64_t num_cached_after() const { return pos_begin + num_tokens; }

@@ -10,14 +10,14 @@
 namespace dz::model {
 namespace {
 
-// x ← round_bf16(x + delta): the plain residual add in FP32, stored BF16 (notes/issue3.md).
+// x ← round_bf16(x + delta): the plain residual add in FP32, stored BF16 (docs/models.md §0).
 void add_residual(float* x, const float* delta, int64_t num_elems) {
   for (int64_t i = 0; i < num_elems; ++i) x[i] += delta[i];
   kernels::round_to_bf16(x, num_elems);
 }
 
-// The AttnRes state of one forward (models.md §5): completed block sums and the running prefix,
-// FP32 and never rounded. Lives for one forward only: nothing crosses steps.
+// The AttnRes state of one forward (docs/models.md §5): completed block sums and the running
+// prefix, FP32 and never rounded. Lives for one forward only: nothing crosses steps.
 class AttnResStack {
  public:
   AttnResStack(int64_t num_tokens, int64_t dim, float eps)
@@ -229,8 +229,8 @@ Status HybridModel::forward_hidden(const ExecContext& ctx, const ForwardBatch& b
     return Status::ok_status();
   }
 
-  // Block AttnRes (models.md §5): the sublayers read mixes of the bank and the running prefix P;
-  // their outputs only ever add to P.
+  // Block AttnRes (docs/models.md §5): the sublayers read mixes of the bank and the running prefix
+  // P; their outputs only ever add to P.
   AttnResStack stack(T, d, parts_.attn_res_eps);
   stack.start(out);
   std::vector<float> h(static_cast<size_t>(T * d));       // [T, d] the mix

@@ -1,5 +1,5 @@
 #pragma once
-// The generic decoder every recipe composes (models.md §7): token embedding, a stack of
+// The generic decoder every recipe composes (docs/models.md §7): token embedding, a stack of
 // DecoderLayers (any mix of MLA, MLA+DSA and KDA mixers with dense, MoE or latent-MoE FFNs), the
 // residual as a plain sum or as block AttnRes (§5), final norm and lm_head. A new hybrid is a
 // recipe that fills HybridModelParts, not new forward code.
@@ -22,7 +22,7 @@ struct HybridModelParts {
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   float final_norm_eps = 1e-6f;
-  float attn_res_eps = 1e-6f;  // AttnRes score norm (models.md §5: rms_norm_eps, (unverified))
+  float attn_res_eps = 1e-6f;  // AttnRes score norm (docs/models.md §5: rms_norm_eps, (unverified))
   kernels::KvCacheDtype kv_cache_dtype = kernels::KvCacheDtype::kBf16;
   std::unique_ptr<formats::Checkpoint> checkpoint;  // the embedding table lives in its mapping
   Embedding embed_tokens;                           // [vocab, d]

@@ -120,7 +120,7 @@ Result<ModelSummary> inspect_checkpoint(const Architecture& arch_ref,
     return Status(code, fmt::format("checkpoint {}: {}", dir, message));
   };
 
-  // formats.md §3.4: a module the ignore list names must be plain, so none may be MXFP4.
+  // docs/formats.md §3.4: a module the ignore list names must be plain, so none may be MXFP4.
   for (const std::string& module : table.mxfp4_modules())
     if (quant.ignores(module))
       return error(

@@ -2,9 +2,9 @@
 // A simple paged attention cache for one process: per layer an MLA latent pool and an indexer key
 // pool (kernels/paged_cache.h layouts), each num_blocks · block_size token records, allocated once;
 // per KDA layer num_state_slots recurrent states and conv rows (the recurrent-state pool of
-// serving.md §1.6, formats.md §5.5), addressed by SequenceSlice::state_slot.
-// The runtime's block manager (serving.md) hands out block ids; this container only maps ids to
-// pools. SequentialBlocks is the trivial allocator for one sequence (the CLI's logits/generate).
+// docs/serving.md §1.6, docs/formats.md §5.5), addressed by SequenceSlice::state_slot.
+// The runtime's block manager (docs/serving.md) hands out block ids; this container only maps ids
+// to pools. SequentialBlocks is the trivial allocator for one sequence (the CLI's logits/generate).
 
 #include <cstdint>
 #include <span>
@@ -46,11 +46,11 @@ class KvCache {
   MlaLayerCache mla_layer(int layer_id);
   IndexLayerCache index_layer(int layer_id);
   KdaLayerState kda_layer(int layer_id);
-  // Copies slot `from` to slot `to` in every KDA layer (prefix checkpoints, serving.md §1.7).
+  // Copies slot `from` to slot `to` in every KDA layer (prefix checkpoints, docs/serving.md §1.7).
   void copy_state_slot(int32_t from, int32_t to);
   // Copies the first num_rows token records of block `from` to block `to` in every paged layer
   // pool (MLA records; indexer keys and their scales, block-planar): copy-on-write of a shared
-  // partial block (serving.md §1.3). num_rows in [0, block_size].
+  // partial block (docs/serving.md §1.3). num_rows in [0, block_size].
   void copy_block_rows(int32_t from_block, int32_t to_block, int64_t num_rows);
 
  private:

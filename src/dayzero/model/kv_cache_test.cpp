@@ -13,7 +13,7 @@ LayerCacheSpec deepseek_layer(kernels::KvCacheDtype dtype) {
 }
 
 TEST(KvCache, BytesPerTokenMatchModelsMd) {
-  // models.md §7.5: 61 × (656 fp8 or 1152 bf16 + 132 indexer) = 48,068 / 78,324 B per token.
+  // docs/models.md §7.5: 61 × (656 fp8 or 1152 bf16 + 132 indexer) = 48,068 / 78,324 B per token.
   std::vector<LayerCacheSpec> fp8(61, deepseek_layer(kernels::KvCacheDtype::kFp8));
   std::vector<LayerCacheSpec> bf16(61, deepseek_layer(kernels::KvCacheDtype::kBf16));
   EXPECT_EQ(KvCache::create(fp8, 2, 64)->bytes_per_token(), 48068);
@@ -47,8 +47,8 @@ LayerCacheSpec kda_layer_spec(int64_t heads, int64_t head_dim) {
 }
 
 TEST(KvCache, KdaStateSizesMatchFormatsMd) {
-  // formats.md §5.5, Kimi-Linear: 32 heads of 128, W = 4: 2 MiB state + 72 KiB BF16 conv rows per
-  // layer and slot; 20 KDA layers and 7 MLA layers (bf16 latents 512 + 64: 1152 B per token).
+  // docs/formats.md §5.5, Kimi-Linear: 32 heads of 128, W = 4: 2 MiB state + 72 KiB BF16 conv rows
+  // per layer and slot; 20 KDA layers and 7 MLA layers (bf16 latents 512 + 64: 1152 B per token).
   std::vector<LayerCacheSpec> layers;
   for (int i = 0; i < 27; ++i)
     layers.push_back(i % 4 == 3 || i == 26

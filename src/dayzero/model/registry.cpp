@@ -25,7 +25,7 @@ constexpr std::array kRecipes = {
     RecipeEntry{.model_type = "glm5_next",
                 .refusal =
                     "GLM-5.3-Flash is recognised but not supported: its mHC hyper-connections "
-                    "and pooled-block indexer are not pinned down yet (models.md §3.7, §7.4)"},
+                    "and pooled-block indexer are not pinned down yet (docs/models.md §3.7, §7.4)"},
 };
 
 }  // namespace

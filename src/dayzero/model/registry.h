@@ -1,6 +1,6 @@
 #pragma once
 // The one table that maps model_type (and the nested text_config.model_type) to a recipe
-// (style.md §2.2). No other file switches on the architecture.
+// (docs/style.md §2). No other file switches on the architecture.
 
 #include <memory>
 #include <span>

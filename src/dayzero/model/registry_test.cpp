@@ -100,7 +100,7 @@ TEST(Registry, RefusesBadJson) {
   EXPECT_TRUE(arch.status().message().starts_with("config.json: invalid JSON: "));
 }
 
-// Parameter totals from the full-size configs against the published figures (models.md §7).
+// Parameter totals from the full-size configs against the published figures (docs/models.md §7).
 // "Active" excludes the embedding lookup, as the published figures do (inspect.h).
 void expect_near_relative(double value, double expected, double tolerance, const char* what) {
   EXPECT_LE(std::abs(value / expected - 1.0), tolerance)
@@ -127,7 +127,7 @@ TEST(Registry, DeepseekV32ParameterTotalsMatchPublished) {
 TEST(Registry, KimiK3ParameterTotalsMatchPublished) {
   auto arch = parse_ok(real_config("kimi_k3"));
   ModelSummary s = summarize_architecture(*arch);
-  // models.md §7.3.3: routed 2.72T, non-expert 56.7B, total 2.78T, active 104B. Tolerance 0.5%
+  // docs/models.md §7.3.3: routed 2.72T, non-expert 56.7B, total 2.78T, active 104B. Tolerance 0.5%
   // (figures given to three digits).
   int64_t routed = s.by_component.at("routed_experts").num_params;
   EXPECT_EQ(routed, 92LL * 896 * 3 * 3584 * 3072);

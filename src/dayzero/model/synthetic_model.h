@@ -1,8 +1,8 @@
 #pragma once
 // A HybridModel with random weights built from a small JSON config, no checkpoint file: the
 // models the serving benchmarks (bench/batched_decode_bench.cpp, `dayzero bench`) decode, sized
-// so their weights are well over the L3 (performance.md). Any per-layer mix of MLA, MLA+DSA and
-// KDA mixers with a dense or MoE FFN; BF16 or FP8-block weights, and MXFP4 routed experts.
+// so their weights are well over the L3 (docs/performance.md). Any per-layer mix of MLA, MLA+DSA
+// and KDA mixers with a dense or MoE FFN; BF16 or FP8-block weights, and MXFP4 routed experts.
 //
 // Random init (weights uniform with the standard deviation given): every linear gain²/in, so a
 // projection keeps the RMS of its (normalised) input; the sublayer outputs (o_proj, down_proj) get

@@ -218,7 +218,7 @@ TEST(SyntheticModelTest, BuildValidatesTheConfig) {
   EXPECT_EQ(m.status().message(), "ffn.intermediate_size: expected a positive integer");
 }
 
-// The benchmark configs parse and stay within the sizes performance.md asks for.
+// The benchmark configs parse and stay within the sizes docs/performance.md asks for.
 TEST(SyntheticModelTest, BenchConfigsParse) {
   const std::filesystem::path dir = std::filesystem::path(DZ_SOURCE_DIR) / "bench" / "configs";
   for (const char* name : {"dense_bw.json", "moe_bw.json"}) {

@@ -1,7 +1,7 @@
 #pragma once
-// Named intermediate results for layered verification (style.md §12). A block reports an output
-// with its layer index and a name shared with the hooks in python/dayzero_ref; with no sink set,
-// a tap costs one pointer test.
+// Named intermediate results for layered verification (docs/style.md §12). A block reports an
+// output with its layer index and a name shared with the hooks in python/dayzero_ref; with no sink
+// set, a tap costs one pointer test.
 
 #include <cstdint>
 #include <string_view>

@@ -1,9 +1,9 @@
 #pragma once
 // The tensors a recipe expects in a checkpoint: full names as published, stored shapes, accepted
-// dtypes and the component each belongs to (style.md §2.4). A quantized linear expands into its
+// dtypes and the component each belongs to (docs/style.md §4). A quantized linear expands into its
 // stored tensors: FP8 block → `weight` F8_E4M3 [out, in] + `weight_scale_inv` F32
 // [ceil(out/128), ceil(in/128)]; MXFP4 → `weight_packed` U8 [out, in/2] + `weight_scale` U8
-// [out, in/32] (formats.md §3.3–3.4).
+// [out, in/32] (docs/formats.md §3.3–3.4).
 
 #include <cstdint>
 #include <string>
@@ -92,7 +92,7 @@ class TensorTable {
 
   TensorTable(int64_t fp8_block_rows, int64_t fp8_block_cols, int64_t mxfp4_group_elems);
 
-  // A float tensor stored as is; the loader accepts BF16, F16 or F32 (formats.md §3.2).
+  // A float tensor stored as is; the loader accepts BF16, F16 or F32 (docs/formats.md §3.2).
   void add_float(std::string name, Shape shape, DType published, Split split, const Scope& scope);
   // A linear layer `module` with logical weight [out, in] (`module` has no ".weight").
   void add_linear(const std::string& module, int64_t out, int64_t in, WeightFormat format,

@@ -112,7 +112,7 @@ VerifyRow count_at_most(std::string level, int layer_id, std::string quantity, s
 
 // Rows whose selected sets differ by more than near-ties: a position chosen by one side only is
 // excused when its reference score is within `bound`·max|row score| of the reference's k-th score
-// (a BF16 / FP8 rounding flip between nearly equal candidates, models.md §8.1).
+// (a BF16 / FP8 rounding flip between nearly equal candidates, docs/models.md §8.1).
 int64_t indexer_unexplained_rows(const int32_t* ours, const float* ref_sel, const float* ref_scores,
                                  int64_t T, int64_t K) {
   int64_t bad_rows = 0;
@@ -175,8 +175,8 @@ Status compare_tap(const TapMap& ours, const TapMap& ref, int layer_id, const st
   return Status::ok_status();
 }
 
-// The indexer's rows from a layer run on the reference's q latent (models.md §8.1): its scores at
-// the positions it selected against the reference's, and the selected sets up to near-ties.
+// The indexer's rows from a layer run on the reference's q latent (docs/models.md §8.1): its scores
+// at the positions it selected against the reference's, and the selected sets up to near-ties.
 Status indexer_rows(const DecoderLayer& layer, int64_t T, const TapMap& ours, const TapMap& ref,
                     std::vector<VerifyRow>& rows) {
   const int l = layer.layer_id;

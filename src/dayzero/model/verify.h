@@ -1,7 +1,7 @@
 #pragma once
-// Layered verification of a model against the PyTorch reference's taps (models.md §8.1, `dayzero
-// verify`): operator level (each layer's real sublayers fed the reference's inputs, with the
-// reference's discrete decisions substituted at the taps where the engine makes them: q latent,
+// Layered verification of a model against the PyTorch reference's taps (docs/models.md §8.1,
+// `dayzero verify`): operator level (each layer's real sublayers fed the reference's inputs, with
+// the reference's discrete decisions substituted at the taps where the engine makes them: q latent,
 // indexer selection, routing; MLA, DSA indexer, KDA, dense MLP, MoE and latent MoE), layer level
 // (the engine's own forward, per-layer outputs and AttnRes mixes) and model level (logits). Works
 // on any HybridModel, so every recipe gets it. The reference's taps come from
@@ -59,7 +59,7 @@ struct VerifyRow {
   bool pass = false;
 };
 
-// Tolerances (models.md §8.1, notes/issue3.md).
+// Tolerances (docs/models.md §8.1, docs/models.md §0).
 inline constexpr double kOperatorRelRms = 1e-2;  // BF16 / FP8 paths on the reference's inputs
 inline constexpr double kLayerRelRms = 2e-2;     // layer_out of the engine's own forward
 inline constexpr double kLogitsMedianRelL2 = 2e-2;  // per position ‖ours − ref‖₂/‖ref‖₂, median

@@ -1,5 +1,5 @@
 #pragma once
-// Reads a checkpoint's tensors by full name into the forms blocks take (style.md §2.4): a
+// Reads a checkpoint's tensors by full name into the forms blocks take (docs/style.md §4): a
 // kernels::LinearWeight per linear module, FP32 vectors for norms and biases, and the embedding
 // table read in place from the mapping. Names, shapes and dtypes are checked against the recipe's
 // TensorTable before loading (model/inspect.h); the loader still checks what it relies on and
@@ -47,7 +47,7 @@ class WeightLoader {
 
   // `<module>.weight`: FP8 block-scaled when it is F8_E4M3 and `<module>.weight_scale_inv` exists
   // (block size from quantization_config, 128×128 when the config has none), plain float otherwise.
-  // compressed-tensors MXFP4 (formats.md §3.4) when `<module>.weight_packed` exists: with
+  // compressed-tensors MXFP4 (docs/formats.md §3.4) when `<module>.weight_packed` exists: with
   // `<module>.weight_scale`, under a kMxfp4CompressedTensors config, and without a global scale or
   // zero point (other schemes).
   Result<kernels::LinearWeight> linear(const std::string& module) const;

@@ -1,7 +1,7 @@
 #pragma once
-// The thread-safe engine (serving.md §2, §5.5): one loop thread owns an EngineCore and runs its
-// steps; any thread submits requests, reads their outputs from a RequestStream and cancels them.
-// Requests and cancellations pass through an inbox under a mutex that the loop drains between
+// The thread-safe engine (docs/serving.md §2, §5.5): one loop thread owns an EngineCore and runs
+// its steps; any thread submits requests, reads their outputs from a RequestStream and cancels
+// them. Requests and cancellations pass through an inbox under a mutex that the loop drains between
 // steps, so submit() and cancel() never wait for a forward pass. The loop sleeps on a condition
 // variable while there is nothing to do.
 

@@ -22,7 +22,7 @@ int64_t ceil_div(int64_t a, int64_t b) {
 }
 
 // The cache format in every block's extra keys: a block computed under another layout or block
-// size must never be served (serving.md §1.4).
+// size must never be served (docs/serving.md §1.4).
 std::string cache_format(std::span<const model::LayerCacheSpec> layers, int64_t block_size) {
   std::string format = "kv";
   for (const model::LayerCacheSpec& spec : layers) {
@@ -192,8 +192,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CausalLm& model,
           "engine config: kv_cache_bytes = {} holds {} blocks of {} bytes (want >= 2)",
           config.kv_cache_bytes, num_blocks, block_bytes);
   }
-  // Default reserve: one block per running decode (serving.md §1.5), at least 1% of the pool, and
-  // at most half of it, so that a small pool still admits.
+  // Default reserve: one block per running decode (docs/serving.md §1.5), at least 1% of the pool,
+  // and at most half of it, so that a small pool still admits.
   int64_t reserve = config.reserve_blocks;
   if (reserve < 0) {
     reserve = std::max(config.max_num_seqs, (num_blocks - 1) / 100);
@@ -414,7 +414,7 @@ std::vector<RequestOutput> EngineCore::step() {
   const auto now = std::chrono::steady_clock::now();
   for (const ScheduledChunk& c : plan.chunks)
     if (!c.request->first_scheduled) c.request->first_scheduled = now;
-  // Decode rows first, then prefill chunks (serving.md §2.2), each group in scheduling order;
+  // Decode rows first, then prefill chunks (docs/serving.md §2.2), each group in scheduling order;
   // requests scored by the MTP head ahead of both, as the head's batch is a prefix of this one.
   std::stable_partition(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) {
     return c.num_tokens == 1 && c.request->num_computed_tokens >= c.request->num_prompt_tokens;

@@ -1,6 +1,6 @@
 #pragma once
-// The engine without threads (serving.md §2): owns the KV cache, the cache coordinator (block and
-// state pools) and the scheduler; step() schedules one ForwardBatch mixing decode tokens and
+// The engine without threads (docs/serving.md §2): owns the KV cache, the cache coordinator (block
+// and state pools) and the scheduler; step() schedules one ForwardBatch mixing decode tokens and
 // prefill chunks of many requests, runs it through the model, samples, and returns every request's
 // new output. Single-threaded: Engine (engine.h) wraps it for concurrent callers.
 
@@ -51,8 +51,8 @@ class EngineCore {
   bool has_unfinished_requests() const;
   EngineMetrics metrics() const;
   const EngineConfig& config() const { return config_; }
-  // The cache invariants of serving.md §1.9 over the block pool, the state pool and every running
-  // request's table and slot; kInternal naming the first violation.
+  // The cache invariants of docs/serving.md §1.9 over the block pool, the state pool and every
+  // running request's table and slot; kInternal naming the first violation.
   Status check_invariants() const;
 
  private:

@@ -1,6 +1,6 @@
 #pragma once
-// What goes into and comes out of the serving engine (serving.md §2–§3): its configuration, one
-// request, and the incremental outputs a request streams. Shared by EngineCore (one step at a
+// What goes into and comes out of the serving engine (docs/serving.md §2–§3): its configuration,
+// one request, and the incremental outputs a request streams. Shared by EngineCore (one step at a
 // time, single-threaded), Engine (its thread-safe wrapper), the CLI and the server.
 
 #include <chrono>

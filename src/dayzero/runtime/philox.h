@@ -3,7 +3,7 @@
 // counter-based generator, so a random number is a pure function of (key, counter). The sampler
 // keys it by the request seed and puts (output position, choice index, purpose) in the counter,
 // which makes a draw independent of batch composition, step boundaries, preemption and restarts
-// (serving.md §3).
+// (docs/serving.md §3).
 
 #include <array>
 #include <cstdint>

@@ -1,9 +1,9 @@
 #pragma once
-// The engine's state of one request (serving.md §2): its tokens (prompt then output), how many of
-// them the cache holds, its place in the queues, what it holds in the cache (cache::SequenceCache)
-// and its sampling and text-streaming state.
-// There is no prefill or decode phase: each step lets num_computed_tokens catch up with
-// tokens.size(), and chunked prefill, prefix hits and recompute after preemption follow from that.
+// The engine's state of one request (docs/serving.md §2): its tokens (prompt then output), how many
+// of them the cache holds, its place in the queues, what it holds in the cache
+// (cache::SequenceCache) and its sampling and text-streaming state. There is no prefill or decode
+// phase: each step lets num_computed_tokens catch up with tokens.size(), and chunked prefill,
+// prefix hits and recompute after preemption follow from that.
 
 #include <chrono>
 #include <cstdint>

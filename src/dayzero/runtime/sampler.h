@@ -1,5 +1,5 @@
 #pragma once
-// Turns one row of logits into a token with the whole parameter table of serving.md §3, in its
+// Turns one row of logits into a token with the whole parameter table of docs/serving.md §3, in its
 // fixed order on the FP32 logits:
 //   raw log-softmax (kept for logprobs) → logit_bias → min_tokens mask (EOS and stop ids) →
 //   repetition penalty (prompt + output), then presence/frequency (output) → temperature (or the

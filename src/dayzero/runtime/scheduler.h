@@ -1,6 +1,6 @@
 #pragma once
-// The continuous-batching scheduler of serving.md §2.1–§2.3. Each step spends a token budget on the
-// running requests first (in (priority, arrival) order; chunked prefill clips a chunk to the
+// The continuous-batching scheduler of docs/serving.md §2.1–§2.3. Each step spends a token budget
+// on the running requests first (in (priority, arrival) order; chunked prefill clips a chunk to the
 // budget and to long_prefill_threshold), preempting by recompute when blocks run out (victim =
 // lowest priority, then newest), then, in a step without preemption, admits waiting requests from
 // a heap on (priority, arrival) with a prefix-cache lookup, stopping at the first one that cannot

@@ -1,5 +1,5 @@
 #pragma once
-// Stop strings over streamed text (serving.md §3). After each token only the new text plus the
+// Stop strings over streamed text (docs/serving.md §3). After each token only the new text plus the
 // previous max_stop_len - 1 characters is searched, so the work per token is bounded. A match cuts
 // the output before the stop string (or after it with include_stop_str_in_output); text that might
 // still be the start of a stop string is held back from the stream until it cannot be.

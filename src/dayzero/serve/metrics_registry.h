@@ -1,6 +1,6 @@
 #pragma once
-// A small Prometheus registry (serving.md §5.9): thread-safe counters, gauges and histograms in
-// labelled families, exposed in the text format (version 0.0.4) that vLLM's /metrics speaks.
+// A small Prometheus registry (docs/serving.md §5.9): thread-safe counters, gauges and histograms
+// in labelled families, exposed in the text format (version 0.0.4) that vLLM's /metrics speaks.
 // Families are created on first use and never removed, so the references handed out stay valid
 // for the registry's lifetime; updates take no registry lock.
 

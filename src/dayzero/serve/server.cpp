@@ -24,8 +24,8 @@ using http::send_error;
 using http::send_json;
 using openai::ApiError;
 
-// Paths that need the Bearer key when keys are set (serving.md §5.5); /health and /metrics stay
-// public.
+// Paths that need the Bearer key when keys are set (docs/serving.md §5.5); /health and /metrics
+// stay public.
 bool is_protected(const std::string& path) {
   return path.starts_with("/v1/") || path == "/tokenize" || path == "/detokenize";
 }

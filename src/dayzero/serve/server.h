@@ -1,9 +1,9 @@
 #pragma once
-// The OpenAI-compatible HTTP server (serving.md §5) on cpp-httplib 0.11.4: chat and completions
-// (streaming as SSE or not), models, health, Prometheus metrics, tokenize and detokenize, in front
-// of the thread-safe runtime::Engine. HTTP threads parse, render templates and tokenize; the
-// engine loop runs on its own thread. The server listens before the model is loaded (/health
-// answers 503 until it is), loads it on a background thread, and stops on stop().
+// The OpenAI-compatible HTTP server (docs/serving.md §5) on cpp-httplib 0.11.4: chat and
+// completions (streaming as SSE or not), models, health, Prometheus metrics, tokenize and
+// detokenize, in front of the thread-safe runtime::Engine. HTTP threads parse, render templates and
+// tokenize; the engine loop runs on its own thread. The server listens before the model is loaded
+// (/health answers 503 until it is), loads it on a background thread, and stops on stop().
 
 #include <atomic>
 #include <cstdint>

@@ -1,6 +1,6 @@
 #pragma once
 // Test helpers shared by the recipe and registry tests: the published full-size configs
-// (tests/data/configs/*.json, values from models.md §7) and the error a mutated copy produces.
+// (tests/data/configs/*.json, values from docs/models.md §7) and the error a mutated copy produces.
 
 #include <fstream>
 #include <sstream>

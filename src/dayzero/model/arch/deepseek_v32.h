@@ -1,7 +1,7 @@
 #pragma once
-// Recipe for `deepseek_v32` (DeepSeek-V3.2 / V3.2-Exp, models.md §7.1): MLA with YaRN RoPE and the
-// DSA lightning indexer on every layer, dense SwiGLU then grouped-sigmoid MoE, FP8 128×128 block
-// weights, one MTP layer.
+// Recipe for `deepseek_v32` (DeepSeek-V3.2 / V3.2-Exp, docs/models.md §7.1): MLA with YaRN RoPE and
+// the DSA lightning indexer on every layer, dense SwiGLU then grouped-sigmoid MoE, FP8 128×128
+// block weights, one MTP layer.
 
 #include <cstdint>
 #include <memory>
@@ -43,7 +43,7 @@ struct DeepseekV32Config {
   int64_t index_n_heads = 0;
   int64_t index_head_dim = 0;
   int64_t index_topk = 0;
-  // Indexer RoPE layout: false = rotate-half, the published fix (models.md §3.5); GLM-5 DSA
+  // Indexer RoPE layout: false = rotate-half, the published fix (docs/models.md §3.5); GLM-5 DSA
   // configs set true. Absent from DeepSeek's config.json.
   bool indexer_rope_interleave = false;
   int64_t max_position_embeddings = 0;

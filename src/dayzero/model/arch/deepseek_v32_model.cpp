@@ -27,7 +27,8 @@ kernels::RopeFrequencies rope_frequencies(const DeepseekV32Config& c) {
        .mscale_all_dim = r.mscale_all_dim});
 }
 
-// y = round_bf16(RMSNorm(x)) over num_rows rows of width dim (models.md §1.1: FP32, rounded once).
+// y = round_bf16(RMSNorm(x)) over num_rows rows of width dim (docs/models.md §1.1: FP32, rounded
+// once).
 void rms_norm_bf16(const ExecContext& ctx, const float* x, const std::vector<float>& weight,
                    float* y, int64_t num_rows, int64_t dim, float eps) {
   kernels::rms_norm(ctx, x, dim, weight.data(), y, dim, num_rows, dim, eps);
@@ -37,7 +38,7 @@ void rms_norm_bf16(const ExecContext& ctx, const float* x, const std::vector<flo
 }  // namespace
 
 MlaConfig deepseek_v32_mla_config(const DeepseekV32Config& c) {
-  // softmax_scale = (d_n + d_r)^(−1/2) · M(s, mscale_all_dim)², models.md §1.3.
+  // softmax_scale = (d_n + d_r)^(−1/2) · M(s, mscale_all_dim)², docs/models.md §1.3.
   double mscale = c.rope_scaling
                       ? kernels::yarn_mscale(c.rope_scaling->factor, c.rope_scaling->mscale_all_dim)
                       : 1.0;
@@ -110,8 +111,8 @@ struct DeepseekV32Model::Mtp {
   std::vector<float> hnorm;             // [d], on the main hidden state h_t
   kernels::LinearWeight eh_proj;        // [d, 2d], input [enorm(e) ; hnorm(h)]
   std::vector<float> shared_head_norm;  // [d]
-  // The published embed_tokens / shared_head.head are copies of the main ones (models.md §7.1):
-  // loaded only when their bytes differ.
+  // The published embed_tokens / shared_head.head are copies of the main ones (docs/models.md
+  // §7.1): loaded only when their bytes differ.
   std::optional<Embedding> embed_tokens;
   std::optional<kernels::LinearWeight> head;
   DecoderLayer layer;

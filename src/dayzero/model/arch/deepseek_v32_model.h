@@ -1,8 +1,8 @@
 #pragma once
-// The runnable deepseek_v32 model (models.md §7.1): a HybridModel of MLA + DSA-indexer layers with
-// dense SwiGLU or grouped-sigmoid MoE FFNs, plus the MTP layer and its head, which only DeepSeek
-// has. Blocks come from model/blocks, the forward from HybridModel, in the numerics of
-// notes/issue3.md (BF16-valued activations between blocks, FP32 residual adds rounded once).
+// The runnable deepseek_v32 model (docs/models.md §7.1): a HybridModel of MLA + DSA-indexer layers
+// with dense SwiGLU or grouped-sigmoid MoE FFNs, plus the MTP layer and its head, which only
+// DeepSeek has. Blocks come from model/blocks, the forward from HybridModel, in the numerics of
+// docs/models.md §0 (BF16-valued activations between blocks, FP32 residual adds rounded once).
 
 #include <cstdint>
 #include <memory>
@@ -39,11 +39,11 @@ class DeepseekV32Model final : public HybridModel {
   Status forward_mtp(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
                      std::span<const int64_t> logits_rows, float* out_logits,
                      TapSink* taps) override;
-  // MTP (models.md §7.1): row t predicts token t+2 from h_t and x_{t+1}:
+  // MTP (docs/models.md §7.1): row t predicts token t+2 from h_t and x_{t+1}:
   // z = eh_proj([enorm(Emb(x_{t+1})) ; hnorm(h_t)]) through the MTP decoder layer (layer id
   // num_hidden_layers, with its own caches) at position t, then shared_head. `batch` carries the
   // tokens x_{t+1} at the positions t; main_final [num_tokens, d] is the main model's model.norm
-  // output at t (what vLLM passes; pre- or post-norm is (unverified), models.md §9, and the
+  // output at t (what vLLM passes; pre- or post-norm is (unverified), docs/models.md §9, and the
   // reference's default is post-norm). Taps under layer num_hidden_layers: the decoder layer's,
   // "mtp_input" (eh_proj output), "final_norm", "logits".
   Status mtp_logits(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,

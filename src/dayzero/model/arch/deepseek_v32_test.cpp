@@ -91,7 +91,7 @@ TEST(DeepseekV32, TensorTableMatchesModelsMd) {
     EXPECT_EQ(spec->shape, shape) << name << " " << spec->shape.to_string();
     EXPECT_EQ(spec->dtypes[0], dtype) << name;
   };
-  // models.md §7.1 table for a MoE layer, with the scale shapes it lists.
+  // docs/models.md §7.1 table for a MoE layer, with the scale shapes it lists.
   expect("model.layers.3.self_attn.q_a_proj.weight", {1536, 7168}, DType::kF8E4M3);
   expect("model.layers.3.self_attn.q_a_proj.weight_scale_inv", {12, 56}, DType::kF32);
   expect("model.layers.3.self_attn.q_b_proj.weight_scale_inv", {192, 12}, DType::kF32);

@@ -155,7 +155,7 @@ class KimiLinear final : public Architecture {
   const std::string& model_type() const override { return model_type_; }
   LayerSchedule schedule() const override { return kimi_linear_schedule(config_); }
   TensorTable tensor_table() const override { return kimi_linear_tensors(config_, prefix_); }
-  // K3's vision tower names are taken from the checkpoint (models.md §7.3.4).
+  // K3's vision tower names are taken from the checkpoint (docs/models.md §7.3.4).
   std::vector<std::pair<std::string, Component>> unchecked_prefixes() const override {
     if (!vision_) return {};
     return {{"vision_tower.", Component::kVision}, {"mm_projector.", Component::kVision}};
@@ -279,7 +279,7 @@ Result<std::unique_ptr<Architecture>> make_kimi_linear(KimiLinearConfig config,
 
 Result<std::unique_ptr<Architecture>> parse_kimi_linear(const RecipeInput& input) {
   DZ_ASSIGN_OR_RETURN(KimiLinearConfig config, parse_kimi_linear_config(input.text));
-  // Kimi-Linear's modeling file builds kv_a_layernorm with its default 1e-6 (models.md §2.5).
+  // Kimi-Linear's modeling file builds kv_a_layernorm with its default 1e-6 (docs/models.md §2.5).
   config.kv_a_layernorm_eps = 1e-6;
   return make_kimi_linear(std::move(config), input);
 }

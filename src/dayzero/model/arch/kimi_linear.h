@@ -1,7 +1,7 @@
 #pragma once
-// Recipe for `kimi_linear` (Kimi-Linear-48B-A3B, models.md §7.2) and, through the nested
-// text_config, `kimi_k3` (models.md §7.3). K3's features are switched on by fields, never guessed
-// from dimensions: q_lora_rank (q LoRA in MLA), mla_use_output_gate (gated MLA),
+// Recipe for `kimi_linear` (Kimi-Linear-48B-A3B, docs/models.md §7.2) and, through the nested
+// text_config, `kimi_k3` (docs/models.md §7.3). K3's features are switched on by fields, never
+// guessed from dimensions: q_lora_rank (q LoRA in MLA), mla_use_output_gate (gated MLA),
 // linear_attn_config.use_full_rank_gate / gate_lower_bound (KDA output gate, bounded decay),
 // attn_res_block_size (AttnRes), routed_expert_hidden_size (latent MoE), hidden_act "situ".
 // The same recipe reads `dayzero_hybrid` (docs/recipe_dayzero_hybrid.md): a flat Kimi config whose
@@ -27,17 +27,18 @@ struct KimiLinearAttnConfig {
   int64_t head_dim = 0;
   int64_t short_conv_kernel_size = 0;
   bool use_full_rank_gate = false;         // g_proj [H·d, hidden] instead of g_a/g_b
-  std::optional<double> gate_lower_bound;  // set: bounded "safe" gate (models.md §4.2)
+  std::optional<double> gate_lower_bound;  // set: bounded "safe" gate (docs/models.md §4.2)
 };
 
 // dayzero_hybrid only: the MLA layers rotate the rope part (interleaved, plain frequencies
-// rope_theta^(−2i/d_r)) and are made sparse by the DSA indexer (models.md §3).
+// rope_theta^(−2i/d_r)) and are made sparse by the DSA indexer (docs/models.md §3).
 struct RopeDsaConfig {
   double rope_theta = 10000.0;
   int64_t index_n_heads = 0;
   int64_t index_head_dim = 0;
   int64_t index_topk = 0;
-  bool indexer_rope_interleave = false;  // false: rotate-half, as DeepSeek-V3.2 (models.md §3.5)
+  bool indexer_rope_interleave =
+      false;  // false: rotate-half, as DeepSeek-V3.2 (docs/models.md §3.5)
 };
 
 struct KimiLinearConfig {

@@ -1,5 +1,5 @@
-// The kimi_linear / kimi_k3 composition (models.md §7.2–7.3) as a HybridModel: KDA and NoPE-MLA
-// layers, SwiGLU or SiTU FFNs, MoE or latent MoE, and AttnRes when the config asks. For
+// The kimi_linear / kimi_k3 composition (docs/models.md §7.2–7.3) as a HybridModel: KDA and
+// NoPE-MLA layers, SwiGLU or SiTU FFNs, MoE or latent MoE, and AttnRes when the config asks. For
 // dayzero_hybrid the MLA layers rotate their rope part and carry the DSA indexer. One walk over
 // the blocks gives both the tensor table and the loaded model.
 
@@ -84,7 +84,7 @@ MoeConfig moe_config(const KimiLinearConfig& c, FfnKind kind) {
       .topk_group = c.topk_group,
       .norm_topk_prob = c.moe_renormalize,
       .routed_scaling_factor = static_cast<float>(c.routed_scaling_factor),
-      .renorm_epsilon = 1e-20f,  // Kimi adds it to the denominator (models.md §6.2)
+      .renorm_epsilon = 1e-20f,  // Kimi adds it to the denominator (docs/models.md §6.2)
       .activation = activation(c),
       .latent_norm_eps = static_cast<float>(c.rms_norm_eps),
       .hidden_size = c.hidden_size,
@@ -124,7 +124,7 @@ void visit_kimi_linear(TensorVisitor& v, const KimiLinearConfig& c, const std::s
   TensorVisitor::Scope root(v, {.prefix = prefix});
   visit_model_globals(v, c.vocab_size, c.hidden_size, c.tie_word_embeddings, w.parts);
   if (c.attn_res_block_size) {
-    // The final mix's prefix is (unverified) (models.md §7.3.3).
+    // The final mix's prefix is (unverified) (docs/models.md §7.3.3).
     TensorVisitor::Scope res(v, {.prefix = "model.", .component = Component::kAttnRes});
     visit_attn_res_tensors(v, "output_attn_res", c.hidden_size, w.final_res);
   }
@@ -139,7 +139,7 @@ void visit_kimi_linear(TensorVisitor& v, const KimiLinearConfig& c, const std::s
 TensorTable kimi_linear_tensors(const KimiLinearConfig& c, const std::string& prefix) {
   const formats::QuantizationConfig& q = c.quantization_config;
   const bool mxfp4 = q.method == formats::QuantMethod::kMxfp4CompressedTensors;
-  // Only routed experts are quantized (models.md §7.3); everything else is a plain linear.
+  // Only routed experts are quantized (docs/models.md §7.3); everything else is a plain linear.
   TensorTableBuilder builder(
       TensorTable(128, 128, mxfp4 ? q.group_size : 32), [mxfp4](Component component) {
         return mxfp4 && component == Component::kRoutedExperts ? WeightFormat::kMxfp4

@@ -1,6 +1,6 @@
 #pragma once
-// Attention Residuals, K3 block semantics (models.md §5): a softmax over depth that mixes raw rows
-// (the embedding, completed block sums, the running prefix P) with a learned pseudo-query. All
+// Attention Residuals, K3 block semantics (docs/models.md §5): a softmax over depth that mixes raw
+// rows (the embedding, completed block sums, the running prefix P) with a learned pseudo-query. All
 // FP32 and never rounded: the sublayer's own RMSNorm rounds what it reads.
 
 #include <cstdint>

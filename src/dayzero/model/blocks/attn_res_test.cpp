@@ -1,8 +1,9 @@
-// AttnRes mix (attn_res.h, models.md §5) on fresh random rows: the FP32 direct and two-phase forms
-// against the FP64 oracle and each other, the properties §5 lists (zero query → uniform average,
-// one row → the row, row order irrelevant), and rows of extreme magnitudes. Tolerance: relative RMS
-// per token < 1e-6 — FP32 dot products and sums of 256 terms are accurate to ~1e-7 relative, and
-// the queries keep |s| ≲ 5, so a score error δs ≈ |s|·1e-7 moves the weights by about as much.
+// AttnRes mix (attn_res.h, docs/models.md §5) on fresh random rows: the FP32 direct and two-phase
+// forms against the FP64 oracle and each other, the properties §5 lists (zero query → uniform
+// average, one row → the row, row order irrelevant), and rows of extreme magnitudes. Tolerance:
+// relative RMS per token < 1e-6 — FP32 dot products and sums of 256 terms are accurate to ~1e-7
+// relative, and the queries keep |s| ≲ 5, so a score error δs ≈ |s|·1e-7 moves the weights by about
+// as much.
 #include "dayzero/model/blocks/attn_res.h"
 
 #include <gtest/gtest.h>
@@ -16,8 +17,8 @@
 namespace dz::model {
 namespace {
 
-// FP32 kernels against the FP64 reference, per token (models.md §8.1: 1e-5). Typical errors are
-// 1e-7; rows of mixed magnitudes (1e-20 … 1e20) reached 1.4e-6 in one of a few hundred seeds.
+// FP32 kernels against the FP64 reference, per token (docs/models.md §8.1: 1e-5). Typical errors
+// are 1e-7; rows of mixed magnitudes (1e-20 … 1e20) reached 1.4e-6 in one of a few hundred seeds.
 constexpr double kTolerance = 1e-5;
 constexpr float kEps = 1e-5f;  // K3 rms_norm_eps
 const ExecContext kCtx{2};

@@ -1,7 +1,7 @@
-// DSA lightning indexer, models.md §3.2–3.3 with the numerics policy of issue 3 (the same rounding
-// points as python/dayzero_ref/deepseek_v32.py, _indexer): every linear output, the LayerNorm
-// output, the RoPE outputs and the Hadamard outputs are rounded to BF16; act_quant (ue8m0) takes
-// those BF16 values; head weights stay FP32.
+// DSA lightning indexer, docs/models.md §3.2–3.3 with the numerics policy of issue 3 (the same
+// rounding points as python/dayzero_ref/deepseek_v32.py, _indexer): every linear output, the
+// LayerNorm output, the RoPE outputs and the Hadamard outputs are rounded to BF16; act_quant
+// (ue8m0) takes those BF16 values; head weights stay FP32.
 #include "dayzero/model/blocks/dsa_indexer.h"
 
 #include <algorithm>

@@ -1,9 +1,10 @@
 #pragma once
-// The DSA lightning indexer, models.md §3.1–3.3: index q from c_q, k from x with LayerNorm, RoPE
-// (rotate-half by default: the §3.5 erratum), Hadamard, FP8 act_quant with power-of-two scales,
-// keys appended to the paged FP8 index cache (formats.md §5.4), then for each token the top
-// k_t = min(index_topk, visible) positions by I[t,s] = sk(s)·Σ_h w_h(t)·ReLU(q8_h(t)·k8(s)),
-// computed in one streaming pass over the cached keys (no L×L score matrix).
+// The DSA lightning indexer, docs/models.md §3.1–3.3: index q from c_q, k from x with LayerNorm,
+// RoPE (rotate-half by default: the §3.5 erratum), Hadamard, FP8 act_quant with power-of-two
+// scales, keys appended to the paged FP8 index cache (docs/formats.md §5.4), then for each token
+// the top k_t = min(index_topk, visible) positions by I[t,s] = sk(s)·Σ_h
+// w_h(t)·ReLU(q8_h(t)·k8(s)), computed in one streaming pass over the cached keys (no L×L score
+// matrix).
 
 #include <cstdint>
 #include <span>

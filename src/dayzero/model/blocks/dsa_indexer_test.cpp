@@ -18,8 +18,8 @@
 namespace dz::model {
 namespace {
 
-// deepseek_v32-tiny's indexer (models.md §8): 8 heads × 128, rope 64 with YaRN 40 / 4096 / 32 / 1,
-// index_topk 16, hidden 256, q_lora_rank 128.
+// deepseek_v32-tiny's indexer (docs/models.md §8): 8 heads × 128, rope 64 with YaRN 40 / 4096 / 32
+// / 1, index_topk 16, hidden 256, q_lora_rank 128.
 constexpr int64_t kHidden = 256, kRankQ = 128, kHeads = 8, kHeadDim = 128, kRope = 64, kTopK = 16;
 constexpr int64_t kBlockSize = 16;
 
@@ -99,7 +99,7 @@ float bf16(double v) {
   return formats::round_to_bf16(static_cast<float>(v));
 }
 
-// RoPE on v[0, 64) at position p: FP32 angle and cos/sin (models.md §1.2), rounded to BF16.
+// RoPE on v[0, 64) at position p: FP32 angle and cos/sin (docs/models.md §1.2), rounded to BF16.
 void rope(float* v, int32_t pos, const kernels::RopeFrequencies& f, bool interleaved) {
   for (int64_t i = 0; i < kRope / 2; ++i) {
     const float angle = static_cast<float>(pos) * f.inv_freq[static_cast<size_t>(i)];
@@ -326,7 +326,7 @@ Mismatch compare(const Reference& ref, const EngineRows& rows) {
   return m;
 }
 
-// FP8 paths against a reference applying the same quantization: relative RMS < 1e-2 (models.md
+// FP8 paths against a reference applying the same quantization: relative RMS < 1e-2 (docs/models.md
 // §8.1). Both sides round at the same points, so differences come only from summation order and
 // the rare BF16 or E4M3 rounding flip those cause; a swap in the selected set is accepted only
 // between positions whose reference scores are within 1e-2 of the row's largest |score|.
@@ -410,7 +410,7 @@ TEST_F(DsaIndexerTest, ChunkedPrefillAndDecodeMatchTheReference) {
   }
 }
 
-// models.md §3.5: the indexer uses rotate-half RoPE, MLA interleaved. On these inputs the two
+// docs/models.md §3.5: the indexer uses rotate-half RoPE, MLA interleaved. On these inputs the two
 // layouts give clearly different scores, so an indexer using the MLA layout fails the reference.
 TEST_F(DsaIndexerTest, FailsWithTheMlaInterleavedRopeLayout) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed_);
@@ -432,7 +432,8 @@ TEST_F(DsaIndexerTest, FailsWithTheMlaInterleavedRopeLayout) {
   expect_close(interleaved, engine_mla_layout);
 }
 
-// models.md §1.4: Had(q)·Had(k) = q·k only with both rotated; rotating one side changes the scores.
+// docs/models.md §1.4: Had(q)·Had(k) = q·k only with both rotated; rotating one side changes the
+// scores.
 TEST_F(DsaIndexerTest, HadamardOnOnlyQOrOnlyKDoesNotMatch) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed_);
   constexpr int64_t T = 40;

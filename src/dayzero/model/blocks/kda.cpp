@@ -1,6 +1,6 @@
-// KDA block, models.md §4 with the numerics of notes/issue4.md (steps 1–8). The state pool holds
-// FP32 recurrent states and BF16 pre-conv rows; both are reset for a sequence that starts at
-// position 0, so a recycled slot never leaks into a new sequence.
+// KDA block, docs/models.md §4 with the numerics of docs/models.md §0, §4.1 (steps 1–8). The state
+// pool holds FP32 recurrent states and BF16 pre-conv rows; both are reset for a sequence that
+// starts at position 0, so a recycled slot never leaks into a new sequence.
 #include "dayzero/model/blocks/kda.h"
 
 #include <algorithm>

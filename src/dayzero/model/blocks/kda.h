@@ -1,8 +1,8 @@
 #pragma once
-// Kimi Delta Attention, models.md §4, with the numerics policy of notes/issue4.md: projections and
-// the conv output rounded to BF16, L2 norm, gate, β and the recurrence in FP32, gated RMSNorm
-// rounded to BF16 before o_proj. The recurrent state and the conv rows live in a slot of the
-// recurrent-state pool (serving.md §1.6, formats.md §5.5), one slot per sequence.
+// Kimi Delta Attention, docs/models.md §4, with the numerics policy of docs/models.md §0, §4.1:
+// projections and the conv output rounded to BF16, L2 norm, gate, β and the recurrence in FP32,
+// gated RMSNorm rounded to BF16 before o_proj. The recurrent state and the conv rows live in a slot
+// of the recurrent-state pool (docs/serving.md §1.6, docs/formats.md §5.5), one slot per sequence.
 
 #include <cstdint>
 #include <optional>
@@ -23,7 +23,7 @@ struct KdaStateLayout {
   int64_t head_dim = 0;    // d_k = d_v
   int64_t conv_width = 0;  // W
 
-  // H·d·d FP32: [H, d_v, d_k], V-first (formats.md §5.5).
+  // H·d·d FP32: [H, d_v, d_k], V-first (docs/formats.md §5.5).
   int64_t state_floats() const { return num_heads * head_dim * head_dim; }
   // 3·(W−1)·H·d BF16 codes: [3 (q, k, v)][W−1 rows, oldest first][H·d], the pre-conv rows.
   int64_t conv_elems() const { return 3 * (conv_width - 1) * num_heads * head_dim; }
@@ -53,7 +53,7 @@ struct KdaConfig {
   std::optional<float> gate_lower_bound{};  // set: bounded gate lb·σ(e^A·f) (K3); else unbounded
   bool full_rank_gate = false;              // output gate g_proj; else g_a_proj · g_b_proj
   float o_norm_eps = 1e-5f;                 // rms_norm_eps
-  int64_t chunk_size = 16;  // chunks aligned to absolute positions (models.md §4.7)
+  int64_t chunk_size = 16;  // chunks aligned to absolute positions (docs/models.md §4.7)
   KdaPath path = KdaPath::kAuto;
 };
 

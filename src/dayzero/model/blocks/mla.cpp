@@ -1,6 +1,7 @@
-// MLA block, models.md §2 with the numerics policy of issue 3: every linear output and norm output
-// rounded to BF16, k_pe and q_pe rounded after RoPE, c_kv cached (fp8 round trip or bf16) and read
-// back by both attention forms, scores/softmax FP32, per-head output rounded to BF16 before o_proj.
+// MLA block, docs/models.md §2 with the numerics policy of issue 3: every linear output and norm
+// output rounded to BF16, k_pe and q_pe rounded after RoPE, c_kv cached (fp8 round trip or bf16)
+// and read back by both attention forms, scores/softmax FP32, per-head output rounded to BF16
+// before o_proj.
 #include "dayzero/model/blocks/mla.h"
 
 #include <algorithm>
@@ -198,7 +199,7 @@ void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
   // Every token's record first, so that each query reads its own key back from the cache.
   for (int64_t t = 0; t < T; ++t) {
     const int64_t slot = batch.slot_mapping[static_cast<size_t>(t)];
-    if (slot < 0) continue;  // −1: a padding token with no cache slot (formats.md §5.1)
+    if (slot < 0) continue;  // −1: a padding token with no cache slot (docs/formats.md §5.1)
     const float* row = kv + t * (r_kv + d_r);
     kernels::write_mla_record(cache.layout, cache.pool, slot, row, row + r_kv);
   }

@@ -1,8 +1,8 @@
 #pragma once
-// Multi-head latent attention, models.md §2: projections (§2.1), the prefill form with
+// Multi-head latent attention, docs/models.md §2: projections (§2.1), the prefill form with
 // up-projected keys and values (§2.2) and the decode form with weight absorption over the cached
-// latent (§2.3), over a paged latent cache (formats.md §5.2–5.3). Dense causal attention, or sparse
-// attention over per-token selections from the DSA indexer (models.md §3.4).
+// latent (§2.3), over a paged latent cache (docs/formats.md §5.2–5.3). Dense causal attention, or
+// sparse attention over per-token selections from the DSA indexer (docs/models.md §3.4).
 
 #include <cstdint>
 #include <optional>
@@ -29,9 +29,9 @@ struct MlaConfig {
   int64_t qk_nope_head_dim = 0;
   int64_t qk_rope_head_dim = 0;
   int64_t v_head_dim = 0;
-  float softmax_scale = 0;                       // (d_n + d_r)^(−1/2) · M², models.md §1.3
-  float q_norm_eps = 1e-6f;                      // q_a_layernorm
-  float kv_norm_eps = 1e-6f;                     // kv_a_layernorm
+  float softmax_scale = 0;    // (d_n + d_r)^(−1/2) · M², docs/models.md §1.3
+  float q_norm_eps = 1e-6f;   // q_a_layernorm
+  float kv_norm_eps = 1e-6f;  // kv_a_layernorm
   std::optional<kernels::RopeFrequencies> rope;  // interleaved; nullopt for NoPE (Kimi)
   bool output_gate = false;  // K3: o_h ⊙ σ(Linear(x; g_proj))_h before o_proj
 };
@@ -64,7 +64,7 @@ struct MlaLayerCache {
   std::byte* pool = nullptr;  // num_blocks · block_size records
 };
 
-// FLOPs of the two attention forms for one query chunk of a sequence (models.md §2.2–2.3; the
+// FLOPs of the two attention forms for one query chunk of a sequence (docs/models.md §2.2–2.3; the
 // projections and the per-(query, key) scores and values, not softmax): the absorbed form applies
 // W_UK/W_UV once per query, the prefill form once per key it up-projects (the causal range, or
 // the 64-key blocks a selection touches) and then works in the smaller head dims. forward() runs

@@ -1,6 +1,6 @@
-// MlaBlock against a plain FP64 MLA written from models.md §2.1–2.2 that rounds to BF16 at the same
-// points (issue-3 numerics policy) and applies the same FP8 round trip to c_kv; prefill, chunked
-// prefill, decode, batching, fp8/bf16 caches, sparse selections, and the Kimi variants.
+// MlaBlock against a plain FP64 MLA written from docs/models.md §2.1–2.2 that rounds to BF16 at the
+// same points (issue-3 numerics policy) and applies the same FP8 round trip to c_kv; prefill,
+// chunked prefill, decode, batching, fp8/bf16 caches, sparse selections, and the Kimi variants.
 #include "dayzero/model/blocks/mla.h"
 
 #include <gtest/gtest.h>
@@ -114,7 +114,7 @@ void ref_rms_norm(float* x, const std::vector<float>& w, int64_t dim, double eps
   for (int64_t i = 0; i < dim; ++i) x[i] = round_to_bf16(static_cast<float>(w[i] * (x[i] * inv)));
 }
 
-// Interleaved RoPE, models.md §1.2: FP32 angle p·f_i and FP32 cos/sin as the reference, the
+// Interleaved RoPE, docs/models.md §1.2: FP32 angle p·f_i and FP32 cos/sin as the reference, the
 // rotation itself in FP64, rounded to BF16.
 void ref_rope(float* x, const kernels::RopeFrequencies& f, int32_t pos) {
   for (size_t i = 0; i < f.inv_freq.size(); ++i) {
@@ -127,7 +127,7 @@ void ref_rope(float* x, const kernels::RopeFrequencies& f, int32_t pos) {
   }
 }
 
-// The act_quant round trip of the FP8 cache (models.md §2.4).
+// The act_quant round trip of the FP8 cache (docs/models.md §2.4).
 void ref_fp8_round_trip(float* c_kv, int64_t dim) {
   std::vector<uint16_t> bf16(static_cast<size_t>(dim));
   for (int64_t i = 0; i < dim; ++i) bf16[static_cast<size_t>(i)] = formats::encode_bf16(c_kv[i]);
@@ -189,7 +189,7 @@ std::vector<float> reference_mla(const MlaSetup& s, const std::vector<float>& x,
       std::vector<double> p(static_cast<size_t>(t + 1), -INFINITY);
       double max_score = -INFINITY;
       for (int64_t k = 0; k <= t; ++k) {
-        if (!allowed(t, k)) continue;  // −∞ outside the selection (models.md §3.4)
+        if (!allowed(t, k)) continue;  // −∞ outside the selection (docs/models.md §3.4)
         double dot = 0;
         for (int64_t i = 0; i < d_n; ++i) dot += qh[i] * k_nope[(k * H + h) * d_n + i];
         for (int64_t i = 0; i < d_r; ++i)
@@ -336,8 +336,8 @@ MlaConfig kimi_linear_tiny_config() {
 }
 
 // BF16 activations against an FP64 reference rounded at the same points: rounding flips of one
-// BF16 ulp where the FP32 and FP64 pre-rounding values straddle a tie; models.md §8.1 allows 1e-2
-// for bf16 paths (and for FP8 against a reference applying the same quantization).
+// BF16 ulp where the FP32 and FP64 pre-rounding values straddle a tie; docs/models.md §8.1 allows
+// 1e-2 for bf16 paths (and for FP8 against a reference applying the same quantization).
 constexpr double kBf16Tolerance = 1e-2;
 
 class MlaBlockCache : public ::testing::TestWithParam<KvCacheDtype> {};

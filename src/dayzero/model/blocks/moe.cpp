@@ -150,7 +150,7 @@ void top_k_indices(const float* values, int64_t n, int64_t k, std::vector<int32_
   });
 }
 
-// §6.1 from router logits [num_tokens, E]: fills result.scores/expert_ids/weights.
+// docs/models.md §6.1 from router logits [num_tokens, E]: fills result.scores/expert_ids/weights.
 void route_from_logits(const ExecContext& ctx, const MoeConfig& config, const float* bias,
                        const float* logits, int64_t num_tokens, RoutingResult& result) {
   const int64_t num_experts = config.num_experts, k = config.num_experts_per_tok;
@@ -456,8 +456,8 @@ void MoeBlock::forward(const ExecContext& ctx, const float* x, int64_t num_token
     });
   }
   if (latent) {
-    // The norm sees the whole routed sum (§6.3), then the up projection's FP32 output starts the
-    // block sum, unrounded.
+    // The norm sees the whole routed sum (docs/models.md §6.3), then the up projection's FP32
+    // output starts the block sum, unrounded.
     if (!weights_.latent_norm.empty())
       kernels::rms_norm(ctx, routed_sum, r, weights_.latent_norm.data(), routed_sum, r, num_tokens,
                         r, config_.latent_norm_eps);

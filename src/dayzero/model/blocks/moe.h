@@ -1,8 +1,8 @@
 #pragma once
-// Feed-forward blocks: the gated MLP with SiLU (SwiGLU) or SiTU (models.md §1.1), the DeepSeek-
-// style MoE with grouped sigmoid routing (§6.1, and Kimi-Linear's §6.2 as the n_group = 1 case):
-// correction bias for selection only, renormalisation, routed scaling, shared experts unscaled; and
-// K3's latent MoE (§6.3), whose routed experts run in a narrower latent space.
+// Feed-forward blocks: the gated MLP with SiLU (SwiGLU) or SiTU (docs/models.md §1.1), the
+// DeepSeek- style MoE with grouped sigmoid routing (§6.1, and Kimi-Linear's §6.2 as the n_group = 1
+// case): correction bias for selection only, renormalisation, routed scaling, shared experts
+// unscaled; and K3's latent MoE (§6.3), whose routed experts run in a narrower latent space.
 
 #include <cstdint>
 #include <optional>

@@ -1,11 +1,11 @@
-// MoE block (moe.h, models.md §6.1): routing against an FP64 reference written from the formulas,
-// SwiGLU and the whole block against a plain per-token FP64 reference with the same BF16 rounding
-// points, forced routing, taps. Routing decisions are compared only where the FP64 margin exceeds
-// 1e-5 (models.md §8.1: FP32 router sums differ from FP64 by ~1e-7, so a smaller gap could
-// legitimately flip); block outputs use routing the test fixes, so they never hinge on a near-tie.
-// Output tolerance: relative RMS < 1e-3 against FP64 — the FP32 accumulations are ~1e-7, but an
-// intermediate that lands within that distance of a BF16 rounding boundary rounds the other way
-// (one BF16 ulp, 2^-8 relative, for ~1e-5 of the elements), well below 1e-3 in RMS.
+// MoE block (moe.h, docs/models.md §6.1): routing against an FP64 reference written from the
+// formulas, SwiGLU and the whole block against a plain per-token FP64 reference with the same BF16
+// rounding points, forced routing, taps. Routing decisions are compared only where the FP64 margin
+// exceeds 1e-5 (docs/models.md §8.1: FP32 router sums differ from FP64 by ~1e-7, so a smaller gap
+// could legitimately flip); block outputs use routing the test fixes, so they never hinge on a
+// near-tie. Output tolerance: relative RMS < 1e-3 against FP64 — the FP32 accumulations are ~1e-7,
+// but an intermediate that lands within that distance of a BF16 rounding boundary rounds the other
+// way (one BF16 ulp, 2^-8 relative, for ~1e-5 of the elements), well below 1e-3 in RMS.
 #include "dayzero/model/blocks/moe.h"
 
 #include <gtest/gtest.h>
@@ -83,7 +83,7 @@ std::vector<double> matvec(const std::vector<float>& w, int64_t out, int64_t in,
   return y;
 }
 
-// models.md §1.1 in FP64: silu(g)·u, or β·tanh(g/β)·σ(g)·u' with u' = β_lin·tanh(u/β_lin) (u
+// docs/models.md §1.1 in FP64: silu(g)·u, or β·tanh(g/β)·σ(g)·u' with u' = β_lin·tanh(u/β_lin) (u
 // when β_lin is 0).
 double reference_activation(const MlpActivation& act, double g, double u) {
   const double sigmoid = 1.0 / (1.0 + std::exp(-g));
@@ -468,7 +468,7 @@ TEST(MoeBlock, ForcedRoutingIsFollowed) {
   EXPECT_LT(rel_rms(out, ref), kOutputTolerance);
 }
 
-// SiTU (models.md §1.1) against the FP64 formula, from the linear range to where tanh and σ
+// SiTU (docs/models.md §1.1) against the FP64 formula, from the linear range to where tanh and σ
 // saturate (|g|, |u| up to 1e4; e^−g overflows FP32 beyond g ≈ −88.7, where σ becomes exactly 0 and
 // the true value is below 1e-33). Tolerance: 1e-6 relative (a few FP32 ulps of exp, tanh and the
 // divisions) plus 1e-33 absolute for that underflow.
@@ -531,9 +531,9 @@ TEST(GatedMlp, SituMatchesThePerTokenReference) {
   }
 }
 
-// Kimi routing (models.md §6.2): n_group 1, weights s/(Σs + 1e-20)·2.446. Tokens whose selected
-// scores are ≲ 1e-22 (logits ≈ −56) make the ε visible: their weights sum to 2.446·Σs/(Σs + ε),
-// far below 2.446. The router is an identity on x[:, :E], so the logits are exactly x.
+// Kimi routing (docs/models.md §6.2): n_group 1, weights s/(Σs + 1e-20)·2.446. Tokens whose
+// selected scores are ≲ 1e-22 (logits ≈ −56) make the ε visible: their weights sum to 2.446·Σs/(Σs
+// + ε), far below 2.446. The router is an identity on x[:, :E], so the logits are exactly x.
 TEST(MoeRouting, KimiWeightsIncludeTheEpsilon) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
@@ -637,7 +637,7 @@ struct LatentMoeFixture {
   }
 };
 
-// The scalar latent MoE (models.md §6.3, issue 4 numerics) per token in FP64 with the engine's
+// The scalar latent MoE (docs/models.md §6.3, issue 4 numerics) per token in FP64 with the engine's
 // BF16 rounding points: z, the expert activations, the normalised latent sum, the output.
 std::vector<double> reference_latent_moe(const MoeBlock& block, const RoutingResult& routing,
                                          const std::vector<float>& x, int64_t num_tokens,

@@ -3,7 +3,7 @@
 // gaps, end-to-end latency, generated text and usage. Pure (the caller passes the arrival time of
 // every event), so the arithmetic is unit-tested without sockets.
 //
-// Timing rules (serving.md §6; vLLM's endpoint_request_func.py):
+// Timing rules (docs/serving.md §6; vLLM's endpoint_request_func.py):
 //  - TTFT: sent → the first chunk whose choice carries non-empty generated text. A role-only
 //    delta or an empty text does not count (vLLM counts any chunk with choices; our server sends
 //    the role delta before the prefill has produced a token, so counting it would hide the

@@ -7,7 +7,7 @@
 // Content parts: a message whose `content` is a list of parts is passed unchanged to templates
 // that loop over content (Kimi's render_content); for the others, a list of text parts only is
 // flattened to one string, the texts joined with "\n" (vLLM's "string" content format). Lists
-// holding image parts are left as lists for now (serving.md §5.6 adds images).
+// holding image parts are left as lists for now (docs/serving.md §5.6 adds images).
 
 #include <filesystem>
 #include <string>

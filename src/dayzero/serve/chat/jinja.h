@@ -1,5 +1,5 @@
 #pragma once
-// dayzero's Jinja subset for Hugging Face chat templates (serving.md §5.7; the constructs are
+// dayzero's Jinja subset for Hugging Face chat templates (docs/serving.md §5.7; the constructs are
 // listed in docs/decisions.md "Chat templates"). Parsing checks the whole template, so a
 // template the subset cannot run fails at load with its line and column, not at request time.
 // Rendering is bounded: output bytes, macro call depth and evaluation steps, so a hostile

@@ -23,7 +23,8 @@ namespace {
 using openai::ApiError;
 using std::chrono::milliseconds;
 
-// How often a waiting handler looks at its connection (serving.md §5.5: at least once a second).
+// How often a waiting handler looks at its connection (docs/serving.md §5.5: at least once a
+// second).
 constexpr milliseconds kPollInterval(250);
 
 // Everything one response needs after the handler returned (the streaming provider runs later).

@@ -1,5 +1,5 @@
 #pragma once
-// POST /v1/chat/completions and POST /v1/completions (serving.md §5.1–§5.5): parse, render and
+// POST /v1/chat/completions and POST /v1/completions (docs/serving.md §5.1–§5.5): parse, render and
 // tokenize, check the context, submit, then either collect the whole answer (polling the
 // connection so a departed client cancels it) or stream SSE chunks from a chunked content
 // provider (keep-alives while nothing arrives; a failed write or a closed peer cancels).

@@ -1,6 +1,6 @@
 #pragma once
-// Whether an HTTP client is still there (serving.md §5.5). cpp-httplib 0.11.4 gives a handler no
-// access to its socket (no Request::is_connection_closed; that came in later releases), so the
+// Whether an HTTP client is still there (docs/serving.md §5.5). cpp-httplib 0.11.4 gives a handler
+// no access to its socket (no Request::is_connection_closed; that came in later releases), so the
 // socket is found by its address pair among the process's descriptors, once per request; the
 // connection owns it until the handler and any content provider return, so the descriptor stays
 // valid for as long as the watch is used. peer_closed() is a non-blocking poll plus a one-byte

@@ -1,5 +1,5 @@
 #pragma once
-// The server's Prometheus series (serving.md §5.9), named as vLLM's so its dashboards work:
+// The server's Prometheus series (docs/serving.md §5.9), named as vLLM's so its dashboards work:
 // engine gauges and counters mirrored from EngineMetrics at scrape time, per-request latencies
 // and token counts observed by the handlers, and dayzero's rejection and cancellation counters.
 // Queue, prefill and decode times split each request at the engine's first-scheduled time
@@ -51,7 +51,7 @@ class ServerMetrics {
   void on_cancelled();
 
   // Retry-After for a full queue: ceil(waiting / completions per second over the last minute),
-  // clamped to [1, 60] s (serving.md §2.3).
+  // clamped to [1, 60] s (docs/serving.md §2.3).
   int retry_after_seconds(int64_t num_waiting);
 
   std::string expose() const { return registry_.expose(); }

@@ -1,7 +1,7 @@
 #pragma once
 // What the server holds once the checkpoint is loaded: model, tokenizer, chat format, engine, and
 // the prompt building of both endpoints (chat template or DeepSeek-V3.2 encoder, tokenizing, the
-// context-length checks of serving.md §2.3).
+// context-length checks of docs/serving.md §2.3).
 
 #include <cstdint>
 #include <memory>

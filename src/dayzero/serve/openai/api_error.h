@@ -1,5 +1,5 @@
 #pragma once
-// OpenAI's error body and the HTTP status that goes with it (serving.md §5.4):
+// OpenAI's error body and the HTTP status that goes with it (docs/serving.md §5.4):
 //   {"error": {"message": text, "type": kind, "param": field or null, "code": string or null}}
 // Request parsing returns an ApiError instead of a value; the server sends it as the response body
 // (or, once a stream has begun, as one SSE event).

@@ -32,7 +32,7 @@ void read_content_parts(FieldReader& reader, const nlohmann::json& parts, std::s
       if (j > 0) out += '\n';
       out += text;
     } else if (type == "image_url" || type == "input_image") {
-      // serving.md §5.6: the vision path is not built yet.
+      // docs/serving.md §5.6: the vision path is not built yet.
       part_reader.fail("type", "images are not supported by this model");
     } else {
       part_reader.fail("type", fmt::format("unsupported content part type \"{}\"", type));

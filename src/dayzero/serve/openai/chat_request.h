@@ -1,6 +1,6 @@
 #pragma once
-// POST /v1/chat/completions request (serving.md §5.2): messages plus the shared sampling fields.
-// Parsing checks types and ranges only; rendering the template, counting tokens against the
+// POST /v1/chat/completions request (docs/serving.md §5.2): messages plus the shared sampling
+// fields. Parsing checks types and ranges only; rendering the template, counting tokens against the
 // context and resolving `model` are the server's.
 
 #include <optional>

@@ -1,5 +1,5 @@
 #pragma once
-// Chat completion bodies and stream chunks, in OpenAI's shapes (serving.md §5.2–§5.3).
+// Chat completion bodies and stream chunks, in OpenAI's shapes (docs/serving.md §5.2–§5.3).
 //
 // A stream for n choices is, per choice: chat_role_chunk, chat_delta_chunk for each piece of
 // text, chat_finish_chunk; then chat_usage_chunk only with stream_options.include_usage; then

@@ -1,6 +1,6 @@
 #pragma once
-// POST /v1/completions request (serving.md §5.1–§5.2): one or more prompts, as text or token ids,
-// plus the shared sampling fields.
+// POST /v1/completions request (docs/serving.md §5.1–§5.2): one or more prompts, as text or token
+// ids, plus the shared sampling fields.
 
 #include <cstdint>
 #include <string>

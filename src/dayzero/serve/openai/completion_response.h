@@ -1,5 +1,5 @@
 #pragma once
-// Completions bodies and stream chunks, in OpenAI's shapes (serving.md §5.2–§5.3).
+// Completions bodies and stream chunks, in OpenAI's shapes (docs/serving.md §5.2–§5.3).
 //
 // A stream is completion_chunk per piece of text of any choice, each choice's last one carrying
 // its finish_reason; then completion_usage_chunk only with stream_options.include_usage; then

@@ -1,5 +1,5 @@
 #pragma once
-// Pieces shared by the chat and completions responses (serving.md §5.2–§5.3): the per-response
+// Pieces shared by the chat and completions responses (docs/serving.md §5.2–§5.3): the per-response
 // context, usage, token strings for logprobs, and the SSE framing.
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 #pragma once
-// The request fields chat and completions share (serving.md §3 and §5.2): model, streaming, the
-// sampling table, stop conditions, n, priority and cache salt. Each endpoint's parser reads these
-// with read_sampling_fields, adds its own fields (logprobs differ), then calls
+// The request fields chat and completions share (docs/serving.md §3 and §5.2): model, streaming,
+// the sampling table, stop conditions, n, priority and cache salt. Each endpoint's parser reads
+// these with read_sampling_fields, adds its own fields (logprobs differ), then calls
 // validate_sampling_fields, which also runs runtime::validate_sampling_params.
 
 #include <cstdint>
