@@ -64,7 +64,8 @@ class CpuIsaCli(unittest.TestCase):
 
     def greedy_tokens(self, isa, prompt):
         result = self.run_env(isa, "generate", "--model", DEMO_DIR, "--prompt", prompt,
-                              "--temperature", 0, "--max-tokens", GREEDY_TOKENS, "--ignore-eos",
+                              "--temperature", 0, "--repetition-penalty", 1,
+                              "--max-tokens", GREEDY_TOKENS, "--ignore-eos",
                               "--timing", "--threads", 2)
         self.assertEqual(result.returncode, 0, result.stderr)
         timing = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]

@@ -142,7 +142,7 @@ class DeepseekV32Cli(unittest.TestCase):
     def test_generate_streams_reproducible_text(self):
         args = ("generate", "--model", self.model_dir, "--prompt", "hello world",
                 "--max-tokens", 12, "--threads", 1)
-        greedy = run_dayzero(*args)
+        greedy = run_dayzero(*args, "--temperature", 0)
         self.assertEqual(greedy.returncode, 0, greedy.stderr)
         self.assertTrue(greedy.stdout.endswith("\n"))
         sampled = [run_dayzero(*args, "--temperature", 0.9, "--top-p", 0.9, "--seed", 5)

@@ -81,6 +81,8 @@ class EngineCli(unittest.TestCase):
         dump = os.path.join(self.tmp.name, f"{arch}-{name}-logits")
         if "--num-blocks" not in flags:  # room for everything, without the default 1 GiB
             flags = (*flags, "--num-blocks", 256)
+        if "--temperature" not in flags:  # lines without fields: greedy, no nucleus cut, not
+            flags = (*flags, "--temperature", 0, "--top-p", 1)  # generation_config.json's values
         proc = run_dayzero("generate", "--model", self.dirs[arch], "--prompts-file", prompts,
                            "--threads", 1, "--block-size", BLOCK, "--max-tokens", MAX_TOKENS,
                            "--dump-logits", dump, *flags)
@@ -212,11 +214,35 @@ class EngineCli(unittest.TestCase):
                     self.assert_same_completion(f"{arch} preempted prompt {i}", ours[i], ref[i],
                                                 None, ref_logits[i])
 
+    def test_sampling_defaults_come_from_generation_config(self):
+        """Sampling flags left out take generation_config.json's values, as the server's missing
+        request fields do: no flags samples exactly as the checkpoint's values given as flags."""
+        arch = "deepseek_v32"
+        with open(os.path.join(self.dirs[arch], "generation_config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+        self.assertGreater(config.get("temperature", 0), 0, config)
+        base = ("generate", "--model", self.dirs[arch], "--prompt", "hello world", "--threads", 1,
+                "--max-tokens", MAX_TOKENS, "--num-blocks", 256, "--seed", 11, "--ignore-eos",
+                "--timing")
+        explicit = []
+        for flag, key in (("--temperature", "temperature"), ("--top-p", "top_p"),
+                          ("--top-k", "top_k"), ("--min-p", "min_p"),
+                          ("--repetition-penalty", "repetition_penalty")):
+            if key in config:
+                explicit += [flag, config[key]]
+        runs = [run_dayzero(*base), run_dayzero(*base, *explicit)]
+        for proc in runs:
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+        tokens = [[json.loads(line) for line in proc.stderr.splitlines()
+                   if line.startswith("{")][0]["tokens"] for proc in runs]
+        self.assertEqual(tokens[0], tokens[1])
+        self.assertEqual(runs[0].stdout, runs[1].stdout)
+
     def test_prompt_is_one_request_of_the_same_engine(self):
         """generate --prompt runs the path of --prompts-file: the same text and tokens, greedy
         and sampled, a stop string cut the same way."""
         for arch in ("deepseek_v32", "kimi_k3"):
-            for flags in ((), ("--temperature", 0.8, "--seed", 3)):
+            for flags in (("--temperature", 0), ("--temperature", 0.8, "--seed", 3)):
                 with self.subTest(arch=arch, flags=flags):
                     batch, _, _ = self.generate(arch, [{"prompt": "hello world"}], *flags,
                                                 name="one")

@@ -5,7 +5,8 @@
 // --ignore-eos), a stop string or after N tokens. --timing prints one JSON line on stderr with the
 // prefill and decode times (wall and process CPU) for benchmarks (bench/peer_demo.py).
 // The prompt is one request through the serving engine (engine_request.h), with the server's
-// stop strings, UTF-8 hold-back, sampling and generation_config.json's eos ids and BOS; the engine
+// stop strings, UTF-8 hold-back, sampling, and generation_config.json's eos ids, BOS and sampling
+// defaults for the flags not given (greedy where the checkpoint has none); the engine
 // flags apply, but the KV cache holds just the request unless --num-blocks is given.
 // With --prompts-file FILE.jsonl instead of --prompt, every prompt of the file runs concurrently
 // through the engine (generate_batch.h), one JSON line per prompt.
@@ -51,11 +52,15 @@ struct GenerateArgs {
   std::string prompts_file;
   EngineArgs engine;
   std::string dump_logits_dir;
+  runtime::SamplingFieldsGiven given;  // the sampling flags on the command line
 };
 
-// The flags' sampling parameters. Every flag has a default (greedy, no filters), so none is left
-// out for generation_config.json's sampling defaults: as a server request that sets every field.
-runtime::SamplingParams sampling_params(const GenerateArgs& args) {
+// The flags' sampling parameters; generation_config.json's defaults for the flags not given, as
+// the server applies them to a request's missing fields (the flags' own defaults, greedy and no
+// filters, where the checkpoint has none).
+Result<runtime::SamplingParams> sampling_params(const GenerateArgs& args) {
+  DZ_ASSIGN_OR_RETURN(runtime::GenerationDefaults defaults,
+                      runtime::load_generation_defaults(args.model.model_dir));
   runtime::SamplingParams s{.temperature = args.temperature,
                             .top_p = args.top_p,
                             .top_k = args.top_k,
@@ -64,6 +69,8 @@ runtime::SamplingParams sampling_params(const GenerateArgs& args) {
                             .seed = args.seed,
                             .stop = args.stop};
   s.ignore_eos = args.ignore_eos;
+  runtime::apply_generation_defaults(s, args.given, defaults);
+  DZ_RETURN_IF_ERROR(runtime::validate_sampling_params(s));
   return s;
 }
 
@@ -83,9 +90,8 @@ Status run(const GenerateArgs& args) {
   DZ_ASSIGN_OR_RETURN(runtime::GenerationDefaults defaults,
                       runtime::load_generation_defaults(args.model.model_dir));
   runtime::GenerationRequest request;
-  request.sampling = sampling_params(args);
+  DZ_ASSIGN_OR_RETURN(request.sampling, sampling_params(args));
   request.max_tokens = args.max_tokens;
-  DZ_RETURN_IF_ERROR(runtime::validate_sampling_params(request.sampling));
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<serve::Tokenizer> tokenizer,
                       serve::load_tokenizer(args.model.model_dir));
   DZ_ASSIGN_OR_RETURN(request.prompt_token_ids, tokenizer->encode(args.prompt));
@@ -177,8 +183,7 @@ Status run_batch(const GenerateArgs& args) {
                           .dump_logits_dir = args.dump_logits_dir,
                           .defaults = {}};
   batch.defaults.max_tokens = args.max_tokens;
-  batch.defaults.sampling = sampling_params(args);
-  DZ_RETURN_IF_ERROR(runtime::validate_sampling_params(batch.defaults.sampling));
+  DZ_ASSIGN_OR_RETURN(batch.defaults.sampling, sampling_params(args));
   return run_prompts_file(batch);
 }
 
@@ -203,18 +208,25 @@ RunCommand add_generate_command(CLI::App& app) {
   command->add_option("--max-tokens", args->max_tokens, "most tokens to generate")
       ->check(integer_at_least(1))
       ->capture_default_str();
-  command
-      ->add_option("--temperature", args->temperature, "0: greedy; otherwise softmax(logits / T)")
-      ->capture_default_str();
-  command->add_option("--top-p", args->top_p, "nucleus mass in (0, 1]")->capture_default_str();
-  command->add_option("--top-k", args->top_k, "keep the K most likely tokens; <= 0: off")
-      ->capture_default_str();
-  command->add_option("--min-p", args->min_p, "keep p >= min_p * p_max; 0: off")
-      ->capture_default_str();
-  command
-      ->add_option("--repetition-penalty", args->repetition_penalty,
-                   "over prompt + output: logit / r if positive, logit * r if negative; 1: off")
-      ->capture_default_str();
+  // Each sampling flag left out takes generation_config.json's value, else the default shown.
+  auto* temperature =
+      command
+          ->add_option(
+              "--temperature", args->temperature,
+              "0: greedy; otherwise softmax(logits / T) (default: generation_config.json's)")
+          ->capture_default_str();
+  auto* top_p =
+      command->add_option("--top-p", args->top_p, "nucleus mass in (0, 1]")->capture_default_str();
+  auto* top_k =
+      command->add_option("--top-k", args->top_k, "keep the K most likely tokens; <= 0: off")
+          ->capture_default_str();
+  auto* min_p = command->add_option("--min-p", args->min_p, "keep p >= min_p * p_max; 0: off")
+                    ->capture_default_str();
+  auto* repetition_penalty =
+      command
+          ->add_option("--repetition-penalty", args->repetition_penalty,
+                       "over prompt + output: logit / r if positive, logit * r if negative; 1: off")
+          ->capture_default_str();
   command->add_option("--stop", args->stop, "stop string (repeatable); cut before it");
   command->add_option("--seed", args->seed, "sampler seed")->capture_default_str();
   auto* ignore_eos = command->add_flag(
@@ -232,7 +244,12 @@ RunCommand add_generate_command(CLI::App& app) {
                    "with --prompts-file (testing): DIR/<index>.npy, float32 [generated, vocab], "
                    "the logits of every sampled token")
       ->needs(prompts_file);
-  return [args, prompt, prompts_file] {
+  return [args, prompt, prompts_file, temperature, top_p, top_k, min_p, repetition_penalty] {
+    args->given = {.temperature = temperature->count() > 0,
+                   .top_p = top_p->count() > 0,
+                   .top_k = top_k->count() > 0,
+                   .min_p = min_p->count() > 0,
+                   .repetition_penalty = repetition_penalty->count() > 0};
     if (prompt->count() == 0 && prompts_file->count() == 0)
       return fail(make_error(StatusCode::kInvalidArgument, "give --prompt or --prompts-file"));
     Result<std::string> dir = resolve_model_dir(args->model.model_dir);

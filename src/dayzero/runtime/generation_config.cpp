@@ -96,4 +96,14 @@ Result<GenerationDefaults> load_generation_defaults(const std::string& model_dir
   return out;
 }
 
+void apply_generation_defaults(SamplingParams& s, const SamplingFieldsGiven& given,
+                               const GenerationDefaults& defaults) {
+  if (!given.temperature && defaults.temperature) s.temperature = *defaults.temperature;
+  if (!given.top_p && defaults.top_p) s.top_p = *defaults.top_p;
+  if (!given.top_k && defaults.top_k) s.top_k = *defaults.top_k;
+  if (!given.min_p && defaults.min_p) s.min_p = *defaults.min_p;
+  if (!given.repetition_penalty && defaults.repetition_penalty)
+    s.repetition_penalty = *defaults.repetition_penalty;
+}
+
 }  // namespace dz::runtime

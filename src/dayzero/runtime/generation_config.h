@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dayzero/core/status.h"
+#include "dayzero/runtime/sampler.h"
 
 namespace dz::runtime {
 
@@ -25,6 +26,20 @@ struct GenerationDefaults {
   std::optional<float> min_p;
   std::optional<float> repetition_penalty;
 };
+
+// Which sampling fields a request (or the command line) set itself.
+struct SamplingFieldsGiven {
+  bool temperature = false;
+  bool top_p = false;
+  bool top_k = false;
+  bool min_p = false;
+  bool repetition_penalty = false;
+};
+
+// generation_config.json's sampling defaults for the fields not given: one rule for the server
+// and `dayzero generate` (vLLM's `--generation-config auto`).
+void apply_generation_defaults(SamplingParams& sampling, const SamplingFieldsGiven& given,
+                               const GenerationDefaults& defaults);
 
 // Missing generation_config.json / tokenizer_config.json are fine; malformed ones are refused
 // naming the file and field.

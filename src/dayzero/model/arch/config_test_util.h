@@ -33,4 +33,11 @@ inline std::string parse_error(const nlohmann::json& config) {
   return arch.ok() ? "" : arch.status().message();
 }
 
+// How the table's tensor `name` splits across ranks ("missing", and a failure, when absent).
+inline std::string_view split_of(const TensorTable& table, const std::string& name) {
+  const TensorSpec* spec = table.find(name);
+  EXPECT_NE(spec, nullptr) << name;
+  return spec != nullptr ? split_name(spec->split) : std::string_view("missing");
+}
+
 }  // namespace dz::model::testing

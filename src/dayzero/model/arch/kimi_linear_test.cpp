@@ -47,26 +47,24 @@ TEST(KimiLinear, PublishedScheduleHasMlaAtEveryFourthLayerAndTheLast) {
 TEST(KimiLinear, TensorSplitsFollowTheBlocks) {
   TensorTable t =
       kimi_linear_tensors(parse(real_config("kimi_k3")["text_config"]), "language_model.");
-  auto split_of = [&](const std::string& name) {
-    const TensorSpec* spec = t.find("language_model." + name);
-    EXPECT_NE(spec, nullptr) << name;
-    return spec != nullptr ? split_name(spec->split) : std::string_view("missing");
+  auto split = [&](const std::string& name) {
+    return testing::split_of(t, "language_model." + name);
   };
   const std::string kda = "model.layers.0.self_attn.";
-  EXPECT_EQ(split_of(kda + "q_proj.weight"), "column");
-  EXPECT_EQ(split_of(kda + "q_conv1d.weight"), "column");
-  EXPECT_EQ(split_of(kda + "f_a_proj.weight"), "replicated");
-  EXPECT_EQ(split_of(kda + "f_b_proj.weight"), "column");
-  EXPECT_EQ(split_of(kda + "A_log"), "by_head");
-  EXPECT_EQ(split_of(kda + "dt_bias"), "column");
-  EXPECT_EQ(split_of(kda + "o_norm.weight"), "replicated");
-  EXPECT_EQ(split_of(kda + "o_proj.weight"), "row");
+  EXPECT_EQ(split(kda + "q_proj.weight"), "column");
+  EXPECT_EQ(split(kda + "q_conv1d.weight"), "column");
+  EXPECT_EQ(split(kda + "f_a_proj.weight"), "replicated");
+  EXPECT_EQ(split(kda + "f_b_proj.weight"), "column");
+  EXPECT_EQ(split(kda + "A_log"), "by_head");
+  EXPECT_EQ(split(kda + "dt_bias"), "column");
+  EXPECT_EQ(split(kda + "o_norm.weight"), "replicated");
+  EXPECT_EQ(split(kda + "o_proj.weight"), "row");
   const std::string moe = "model.layers.1.block_sparse_moe.";
-  EXPECT_EQ(split_of(moe + "routed_expert_down_proj.weight"), "replicated");
-  EXPECT_EQ(split_of(moe + "experts.3.w1.weight_packed"), "by_expert");
-  EXPECT_EQ(split_of(moe + "experts.3.w2.weight_scale"), "by_expert");
-  EXPECT_EQ(split_of(moe + "shared_experts.gate_proj.weight"), "column");
-  EXPECT_EQ(split_of("model.layers.1.self_attention_res_proj.weight"), "replicated");
+  EXPECT_EQ(split(moe + "routed_expert_down_proj.weight"), "replicated");
+  EXPECT_EQ(split(moe + "experts.3.w1.weight_packed"), "by_expert");
+  EXPECT_EQ(split(moe + "experts.3.w2.weight_scale"), "by_expert");
+  EXPECT_EQ(split(moe + "shared_experts.gate_proj.weight"), "column");
+  EXPECT_EQ(split("model.layers.1.self_attention_res_proj.weight"), "replicated");
 }
 
 TEST(KimiLinear, TensorTableMatchesModelsMd) {

@@ -49,18 +49,6 @@ std::optional<ApiError> check_model(const HandlerContext& context, const std::st
   return std::nullopt;
 }
 
-// generation_config.json's sampling defaults for the fields the request left out.
-void apply_model_defaults(openai::SamplingFields& fields,
-                          const runtime::GenerationDefaults& defaults) {
-  runtime::SamplingParams& s = fields.sampling;
-  if (!fields.temperature_set && defaults.temperature) s.temperature = *defaults.temperature;
-  if (!fields.top_p_set && defaults.top_p) s.top_p = *defaults.top_p;
-  if (!fields.top_k_set && defaults.top_k) s.top_k = *defaults.top_k;
-  if (!fields.min_p_set && defaults.min_p) s.min_p = *defaults.min_p;
-  if (!fields.repetition_penalty_set && defaults.repetition_penalty)
-    s.repetition_penalty = *defaults.repetition_penalty;
-}
-
 void fill_seed(openai::SamplingFields& fields) {
   if (fields.seed) return;
   // Drawn at arrival: every choice of the request shares it (different choice streams).
@@ -204,7 +192,14 @@ bool stream_events(Exchange& x, httplib::DataSink& sink) {
 // Submits the prompts and answers, whole or streamed.
 void run_exchange(std::shared_ptr<Exchange> x, const httplib::Request& request,
                   httplib::Response& response) {
-  apply_model_defaults(x->fields, x->context.model->defaults);
+  const openai::SamplingFields& f = x->fields;
+  runtime::apply_generation_defaults(x->fields.sampling,
+                                     {.temperature = f.temperature_set,
+                                      .top_p = f.top_p_set,
+                                      .top_k = f.top_k_set,
+                                      .min_p = f.min_p_set,
+                                      .repetition_penalty = f.repetition_penalty_set},
+                                     x->context.model->defaults);
   fill_seed(x->fields);
   x->run = std::make_unique<GenerationRun>(*x->context.model, *x->context.metrics);
   if (std::optional<ApiError> error = x->run->submit(x->prompts, x->fields)) {
