@@ -7,11 +7,6 @@
 
 namespace dz::cache {
 
-double internal_fragmentation(int64_t tokens_held, int64_t blocks_held, int64_t block_size) {
-  if (blocks_held <= 0 || block_size <= 0) return 0.0;
-  return 1.0 - static_cast<double>(tokens_held) / static_cast<double>(blocks_held * block_size);
-}
-
 Result<BlockPool> BlockPool::create(int64_t num_blocks, int64_t block_size,
                                     int64_t reserve_blocks) {
   if (num_blocks < 2 || num_blocks >= std::numeric_limits<int32_t>::max())

@@ -28,10 +28,6 @@ struct BlockPoolMetrics {
   int64_t reserve = 0;      // R, only for running decodes
 };
 
-// 1 − tokens_held / (blocks_held · block_size): the unused tails of last blocks; 0 when nothing is
-// held.
-double internal_fragmentation(int64_t tokens_held, int64_t blocks_held, int64_t block_size);
-
 class BlockPool {
  public:
   static constexpr int32_t kNullBlock = 0;
