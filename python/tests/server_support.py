@@ -4,60 +4,26 @@ test_server.py. Nothing here can hang: every wait has a deadline."""
 import http.client
 import json
 import os
-import re
-import signal
 import socket
-import subprocess
 import tempfile
-import time
 
 from cli_support import DAYZERO
+from serve_process import ServeProcess
 
 
-class ServerProcess:
-    """`dayzero serve --port 0 ...`; the port comes from its "listening on" log line."""
+class ServerProcess(ServeProcess):
+    """`dayzero serve --model DIR --port 0 --threads 1 ...` with its log in a temporary file."""
 
     def __init__(self, model_dir, *flags, ready_timeout=60.0):
-        self.log = tempfile.NamedTemporaryFile(prefix="dz-serve-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(
-            [DAYZERO, "serve", "--model", model_dir, "--port", "0", "--threads", "1", *map(str, flags)],
-            stdout=subprocess.DEVNULL, stderr=self.log)
-        self.port = None
-        deadline = time.monotonic() + ready_timeout
-        while self.port is None:
-            match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log_text())
-            if match:
-                self.port = int(match.group(1))
-            elif self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"dayzero serve did not start:\n{self.log_text()}")
-            else:
-                time.sleep(0.05)
-        while True:
-            try:
-                if self.request("GET", "/health", timeout=2)[0] == 200:
-                    return
-            except OSError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"dayzero serve never became healthy:\n{self.log_text()}")
-            time.sleep(0.1)
-
-    def log_text(self):
-        with open(self.log.name, encoding="utf-8", errors="replace") as f:
-            return f.read()
+        log_fd, log_path = tempfile.mkstemp(prefix="dz-serve-", suffix=".log")
+        os.close(log_fd)
+        super().__init__([DAYZERO, "serve", "--model", model_dir, "--port", "0", "--threads", "1",
+                          *flags], log_path, ready_timeout)
 
     def stop(self, timeout=10.0):
-        """SIGTERM; returns the exit code (kills after `timeout`)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                return None
-        os.unlink(self.log.name)
-        return self.proc.returncode
+        code = super().stop(timeout)
+        os.unlink(self.log_path)
+        return code
 
     @property
     def base_url(self):
@@ -80,17 +46,6 @@ class ServerProcess:
     def post_json(self, path, body, headers=None, timeout=30):
         status, hdrs, data = self.request("POST", path, body, headers, timeout)
         return status, hdrs, json.loads(data)
-
-    def metrics(self):
-        """{series name with labels: value} of GET /metrics."""
-        status, _, data = self.request("GET", "/metrics", timeout=5)
-        assert status == 200
-        values = {}
-        for line in data.decode().splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                values[name] = float(value)
-        return values
 
     def open_stream(self, path, body, headers=None, timeout=30):
         """A raw socket with the request sent (to read part of a stream and then hang up)."""

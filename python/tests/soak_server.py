@@ -24,11 +24,12 @@ import random
 import re
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+from serve_process import ServeError, ServeProcess
 
 SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # What ASan, LSan, UBSan and TSan print when they find something.
@@ -48,71 +49,16 @@ def die_with_parent():
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-class Server:
-    def __init__(self, dayzero, flags, log_path, ready_timeout):
-        self.log_path = log_path
-        self.log = open(log_path, "wb")
-        # Spinning OpenMP workers on a machine whose cores are busy (CI running builds beside
-        # it) made the engine 5x slower; sleeping ones cost nothing here.
-        env = dict(os.environ)
-        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        self.proc = subprocess.Popen([dayzero, "serve", "--host", "127.0.0.1", "--port", "0",
-                                      *map(str, flags)],
-                                     stdout=subprocess.DEVNULL, stderr=self.log, env=env,
-                                     preexec_fn=die_with_parent)
-        self.port = None
-        deadline = time.monotonic() + ready_timeout
-        while self.port is None:
-            match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log_text())
-            if match:
-                self.port = int(match.group(1))
-            elif self.proc.poll() is not None or time.monotonic() > deadline:
-                raise Failure(f"dayzero serve did not start:\n{self.log_text()[-4000:]}")
-            else:
-                time.sleep(0.05)
-        while self.get("/health", timeout=5)[0] != 200:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise Failure(f"dayzero serve never became healthy:\n{self.log_text()[-4000:]}")
-            time.sleep(0.1)
-
-    def log_text(self):
-        with open(self.log_path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-
-    def get(self, path, timeout):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            conn.request("GET", path)
-            resp = conn.getresponse()
-            return resp.status, resp.read()
-        except OSError:
-            return 0, b""
-        finally:
-            conn.close()
-
-    def metrics(self):
-        status, data = self.get("/metrics", timeout=10)
-        if status != 200:
-            raise Failure(f"/metrics answered {status}")
-        values = {}
-        for line in data.decode().splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                values[name] = float(value)
-        return values
-
-    def stop(self, timeout):
-        """SIGTERM; the exit code, or None when it had to be killed."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                return None
-        self.log.close()
-        return self.proc.returncode
+def start_server(dayzero, flags, log_path, ready_timeout):
+    # Spinning OpenMP workers on a machine whose cores are busy (CI running builds beside it) made
+    # the engine 5x slower; sleeping ones cost nothing here.
+    env = dict(os.environ)
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    try:
+        return ServeProcess([dayzero, "serve", "--host", "127.0.0.1", "--port", "0", *flags],
+                            log_path, ready_timeout, env=env, preexec_fn=die_with_parent)
+    except ServeError as e:
+        raise Failure(str(e)) from e
 
 
 def metric(values, name, **labels):
@@ -374,7 +320,7 @@ def main():
     failures = []
     server = None
     try:
-        server = Server(args.dayzero, flags, log_path, ready_timeout=120)
+        server = start_server(args.dayzero, flags, log_path, ready_timeout=120)
         summary["startup_s"] = round(time.monotonic() - started, 1)
         soak = Soak(server, args)
         threads = [threading.Thread(target=soak.client, args=(seed,), daemon=True)
