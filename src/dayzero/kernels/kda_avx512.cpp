@@ -22,69 +22,21 @@
 
 #include "dayzero/core/check.h"
 #include "dayzero/kernels/amx_tiles.h"
+#include "dayzero/kernels/exp_avx512.h"
 #include "dayzero/kernels/kda_detail.h"
+#include "dayzero/kernels/transpose_avx512.h"
 
 namespace dz::kernels::kda_detail {
 namespace {
 
-// exp(x) for x ≤ 0 (any finite value; results below 2^−149 become 0): 2^n · p(r) with a
-// Cody–Waite split of ln 2 and a degree-7 Taylor polynomial on |r| ≤ ln2/2 (error ≈ 1 ulp).
-inline __m512 exp_ps(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
+using detail::exp_ps;
+using detail::transpose16;
 
 struct ChunkArgs {
   const float *q, *k, *v, *g, *beta;
   int64_t num_heads;
   float sc;
 };
-
-// dst[j][i] = src[i][j] for a 16 × 16 block of floats (strides in floats): 64 in-register
-// shuffles instead of 16 scatters or gathers.
-inline void transpose16(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
-  __m512 r[16], t[16];
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * src_stride);
-#pragma GCC unroll 8
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  // r[4q + m], per 128-bit block b: column 4b + m of rows 4q … 4q + 3.
-#pragma GCC unroll 4
-  for (int q4 = 0; q4 < 16; q4 += 4) {
-    const __m512d a = _mm512_castps_pd(t[q4]), b = _mm512_castps_pd(t[q4 + 1]);
-    const __m512d c = _mm512_castps_pd(t[q4 + 2]), d = _mm512_castps_pd(t[q4 + 3]);
-    r[q4] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    r[q4 + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    r[q4 + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    r[q4 + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-  }
-#pragma GCC unroll 4
-  for (int m = 0; m < 4; ++m) {
-    const __m512 v0 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x88);
-    const __m512 v1 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xDD);
-    const __m512 w0 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x88);
-    const __m512 w1 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xDD);
-    _mm512_storeu_ps(dst + m * dst_stride, _mm512_shuffle_f32x4(v0, w0, 0x88));
-    _mm512_storeu_ps(dst + (4 + m) * dst_stride, _mm512_shuffle_f32x4(v1, w1, 0x88));
-    _mm512_storeu_ps(dst + (8 + m) * dst_stride, _mm512_shuffle_f32x4(v0, w0, 0xDD));
-    _mm512_storeu_ps(dst + (12 + m) * dst_stride, _mm512_shuffle_f32x4(v1, w1, 0xDD));
-  }
-}
 
 // Lane j of the result = the sum of the 16 floats of row j (rows 16 floats apart): a pairwise
 // tree, 45 shuffles and adds for 16 sums where 16 separate reductions take 128.

@@ -71,7 +71,11 @@ const std::vector<Operator>& operators() {
        {{"AVX-512 + AMX BF16x3 state products", kAmx}, {"AVX-512 FP32", kAvx512}, kPortable}},
       {"KDA recurrence (head_dim 64/128)", {{"AVX-512 FP32", kAvx512}, kPortable}},
       {"MLA absorb / expand", {{"AVX-512 FP32", kAvx512}, kPortable}},
-      {"MLA decode attention", {{"AVX-512 FP32", kAvx512}, kPortable}},
+      {"MLA decode attention",
+       {{"AMX-BF16 tiles, 16 heads x 64 records", kAmxVbmi},
+        {"AVX-512 FP32, every head per record tile", kVbmi},
+        {"AVX-512 FP32, each head's own pass", kAvx512},
+        kPortable}},
       {"RMSNorm, BF16 rounding", {{"AVX-512", kAvx512}, kPortable}},
   };
   return ops;

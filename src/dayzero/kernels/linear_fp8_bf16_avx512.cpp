@@ -13,44 +13,16 @@
 
 #include <immintrin.h>
 
-#include <array>
 #include <cstring>
 
 #include "dayzero/formats/codecs.h"
 #include "dayzero/formats/decode_tables.h"
 
+#include "dayzero/kernels/e4m3_bf16_avx512.h"
 #include "dayzero/kernels/linear_kernels.h"
 
 namespace dz::kernels::detail {
 namespace {
-
-// BF16 bits of the E4M3 magnitude code c (0…127): normal codes (exponent field e ≥ 1) are
-// 2^(e−7) · (1 + m/8), i.e. BF16 exponent e + 120 and mantissa m << 4; exponent-0 codes are
-// m · 2^-9, normalised here (BF16's exponent range holds them as normal numbers); 0x7F is NaN.
-constexpr uint16_t e4m3_magnitude_bf16(int c) {
-  if (c == 0x7F) return 0x7FC0;
-  const int e = c >> 3, m = c & 7;
-  if (e != 0) return static_cast<uint16_t>((e + 120) << 7 | m << 4);
-  if (m == 0) return 0;
-  const int p = m >= 4 ? 2 : (m >= 2 ? 1 : 0);  // position of m's leading bit
-  return static_cast<uint16_t>((127 - 9 + p) << 7 | (m - (1 << p)) << (7 - p));
-}
-
-struct ByteTables {
-  alignas(64) std::array<uint8_t, 128> hi;
-  alignas(64) std::array<uint8_t, 128> lo;
-};
-
-constexpr ByteTables make_tables() {
-  ByteTables t{};
-  for (int c = 0; c < 128; ++c) {
-    t.hi[static_cast<size_t>(c)] = static_cast<uint8_t>(e4m3_magnitude_bf16(c) >> 8);
-    t.lo[static_cast<size_t>(c)] = static_cast<uint8_t>(e4m3_magnitude_bf16(c) & 0xFF);
-  }
-  return t;
-}
-
-alignas(64) constexpr ByteTables kTables = make_tables();
 
 // Loops over tokens must be unrolled so that the accumulators stay in registers.
 #if defined(__clang__)
@@ -61,10 +33,6 @@ alignas(64) constexpr ByteTables kTables = make_tables();
 #define DZ_FP8_UNROLL
 #endif
 
-inline __m512bh as_bh(__m512i v) {
-  return (__m512bh)v;  // same bits, BF16 lanes
-}
-
 // Software prefetch: one core's DRAM stream needs requests far ahead of the decode. Each 64-byte
 // line is requested into L2 32 KiB ahead and into L1 4 KiB ahead. 1 token, 1 thread, weights
 // from DRAM, CPU time, on the loaded machine (runs spread by ±15 %): no prefetch 6.0–6.3 GB/s,
@@ -73,32 +41,13 @@ inline __m512bh as_bh(__m512i v) {
 constexpr int64_t kPrefetchL1Bytes = 4096;
 constexpr int64_t kPrefetchL2Bytes = 32768;
 
-struct Decoder {
-  __m512i hi0, hi1, lo0, lo1, sign;
-  Decoder()
-      : hi0(_mm512_load_si512(kTables.hi.data())),
-        hi1(_mm512_load_si512(kTables.hi.data() + 64)),
-        lo0(_mm512_load_si512(kTables.lo.data())),
-        lo1(_mm512_load_si512(kTables.lo.data() + 64)),
-        sign(_mm512_set1_epi8(static_cast<char>(0x80))) {}
-  // 64 codes → words: a holds codes 16L + k (k < 8) at word 8L + k of 128-bit lane L, b codes
-  // 16L + 8 + k; the activations are packed in the same order (fp8_pack_x_avx512).
-  inline void decode(__m512i codes, __m512i& a, __m512i& b) const {
-    __m512i hi = _mm512_permutex2var_epi8(hi0, codes, hi1);  // index bit 7 ignored
-    const __m512i lo = _mm512_permutex2var_epi8(lo0, codes, lo1);
-    hi = _mm512_ternarylogic_epi32(hi, codes, sign, 0xF8);  // hi | (codes & 0x80)
-    a = _mm512_unpacklo_epi8(lo, hi);
-    b = _mm512_unpackhi_epi8(lo, hi);
-  }
-};
-
 template <int kTokens>
 void gemv_rows(const uint8_t* codes, const float* scale_inv, const formats::Fp8BlockShape& shape,
                const uint16_t* x, float* y, int64_t row_begin, int64_t row_end) {
   // With one or two tokens a block's dot products form one chain per token; two accumulators per
   // token (halves a and b) halve its length. More tokens give enough independent chains.
   constexpr int kSplit = kTokens <= 2 ? 2 : 1;
-  const Decoder decoder;
+  const E4m3Bf16Decoder decoder;
   const int64_t in = shape.num_cols, out = shape.num_rows;
   const int64_t num_scale_cols = shape.num_scale_cols(), block_cols = shape.block_cols;
   const int64_t x_elems = fp8_gemv_x_elems(in);
@@ -155,7 +104,7 @@ void gemv_rows(const uint8_t* codes, const float* scale_inv, const formats::Fp8B
 void fp8_dequantize_rows_bf16_vbmi(const uint8_t* codes, const float* scale_inv,
                                    const formats::Fp8BlockShape& shape, int64_t row_begin,
                                    int64_t row_end, uint16_t* out) {
-  const Decoder decoder;
+  const E4m3Bf16Decoder decoder;
   const int64_t in = shape.num_cols, num_scale_cols = shape.num_scale_cols();
   // Qwords of (a, b) in element order: a holds elements 16L … 16L + 7, b 16L + 8 … 16L + 15.
   const __m512i first_idx = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);

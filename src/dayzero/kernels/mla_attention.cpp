@@ -85,23 +85,6 @@ class Carver {
   size_t used_ = 0;
 };
 
-int64_t slot_of_position(const MlaCacheView& cache, int64_t pos) {
-  return static_cast<int64_t>(cache.block_table[static_cast<size_t>(pos / cache.block_size)]) *
-             cache.block_size +
-         pos % cache.block_size;
-}
-
-// Number of key entries of query i before −1 skipping: the prefix length or the selection width.
-int64_t num_key_entries(const MlaQueryKeys& keys, int64_t i) {
-  return keys.selection_width == 0 ? keys.positions[static_cast<size_t>(i)] + 1
-                                   : keys.selection_width;
-}
-int32_t key_entry(const MlaQueryKeys& keys, int64_t i, int64_t j) {
-  return keys.selection_width == 0
-             ? static_cast<int32_t>(j)
-             : keys.selection[static_cast<size_t>(i * keys.selection_width + j)];
-}
-
 int64_t max_splits_per_query(const ExecContext& ctx, int64_t num_queries) {
   return std::max<int64_t>(1,
                            (ctx.num_threads + num_queries - 1) / std::max<int64_t>(num_queries, 1));
@@ -124,7 +107,68 @@ void online_softmax_step(const detail::MlaVecOps& ops, float* scores, int64_t n,
   ops.accumulate_rows(scores, rows, row_stride, n, dim, acc);
 }
 
+// The FP32 split (mla_attention_vec.h): each head's own pass over every tile of records.
+size_t split_fp32_scratch_bytes(const MlaCacheLayout& layout) {
+  const int64_t width = layout.latent_dim + layout.rope_dim;
+  return align64(static_cast<size_t>(kKeyTile * width) * 4) +  // records
+         align64(static_cast<size_t>(kKeyTile) * 4);           // scores
+}
+
+void split_fp32(const detail::MlaSplit& split, std::span<std::byte> scratch) {
+  const detail::MlaVecOps& ops = detail::mla_vec_ops();
+  const MlaCacheView& cache = *split.cache;
+  const int64_t r_kv = cache.layout.latent_dim, width = r_kv + cache.layout.rope_dim;
+  Carver carver(scratch);
+  float* records = carver.take<float>(kKeyTile * width);
+  float* scores = carver.take<float>(kKeyTile);
+  std::fill_n(split.acc, split.num_heads * r_kv, 0.0f);
+  std::fill_n(split.m, split.num_heads, kNegInf);
+  std::fill_n(split.l, split.num_heads, 0.0f);
+  for (int64_t j = split.entry_begin; j < split.entry_end;) {
+    int64_t num_keys = 0;  // gather the next tile of valid keys
+    for (; j < split.entry_end && num_keys < kKeyTile; ++j) {
+      const int32_t pos = detail::mla_key_entry(*split.keys, split.query, j);
+      if (pos < 0) continue;
+      read_mla_record(cache.layout, cache.pool, detail::mla_slot_of_position(cache, pos),
+                      records + num_keys * width);
+      ++num_keys;
+    }
+    if (num_keys == 0) continue;
+    for (int64_t h = 0; h < split.num_heads; ++h) {
+      ops.dot_rows(split.q_cat + h * width, records, width, num_keys, width, scores);
+      for (int64_t k = 0; k < num_keys; ++k) scores[k] *= split.softmax_scale;
+      online_softmax_step(ops, scores, num_keys, records, width, r_kv, split.m[h], split.l[h],
+                          split.acc + h * r_kv);
+    }
+  }
+}
+
+// The split this CPU runs: AMX tiles, else every head per record tile on AVX-512 (VBMI decodes the
+// records), else each head's own pass (portable, or AVX-512 without VBMI).
+struct SplitKernel {
+  void (*run)(const detail::MlaSplit&, std::span<std::byte>);
+  size_t (*scratch_bytes)(const MlaCacheLayout&, int64_t num_heads);
+};
+
+const SplitKernel& split_kernel() {
+  static const SplitKernel kernel = [] {
+    const CpuFeatures& f = cpu_features();
+    if (f.amx_bf16 && f.avx512_vbmi)
+      return SplitKernel{detail::mla_split_amx, detail::mla_split_amx_scratch_bytes};
+    if (f.avx512 && f.avx512_vbmi)
+      return SplitKernel{detail::mla_split_fp32_avx512, detail::mla_split_fp32_scratch_bytes};
+    return SplitKernel{split_fp32, [](const MlaCacheLayout& layout, int64_t) {
+                         return split_fp32_scratch_bytes(layout);
+                       }};
+  }();
+  return kernel;
+}
+
 }  // namespace
+
+bool detail::mla_absorbed_reads_records_as_bf16() {
+  return split_kernel().run != split_fp32;  // the two vector splits
+}
 
 size_t mla_absorbed_workspace_bytes(const ExecContext& ctx, const MlaCacheLayout& layout,
                                     int64_t num_queries, int64_t num_heads) {
@@ -134,73 +178,62 @@ size_t mla_absorbed_workspace_bytes(const ExecContext& ctx, const MlaCacheLayout
   return align64(static_cast<size_t>(num_partials * num_heads * (layout.latent_dim + 2)) * 4) +
          static_cast<size_t>(num_threads) *
              (align64(static_cast<size_t>(num_heads * width) * 4) +  // q_cat
-              align64(static_cast<size_t>(kKeyTile * width) * 4) +   // records
-              align64(static_cast<size_t>(kKeyTile) * 4));           // scores
+              align64(split_kernel().scratch_bytes(layout, num_heads)));
 }
 
 void mla_attention_absorbed(const ExecContext& ctx, const MlaCacheView& cache,
                             const MlaQueryKeys& keys, const MlaAbsorbedArgs& args,
                             std::span<std::byte> workspace) {
-  const detail::MlaVecOps& ops = detail::mla_vec_ops();
+  const SplitKernel& kernel = split_kernel();
   const int64_t r_kv = cache.layout.latent_dim, d_r = cache.layout.rope_dim;
   const int64_t width = r_kv + d_r, num_heads = args.num_heads;
   const int64_t num_queries = keys.num_queries();
   const int64_t max_splits = max_splits_per_query(ctx, num_queries);
   const int64_t num_threads = std::max(ctx.num_threads, 1);
   const int64_t partial_elems = num_heads * (r_kv + 2);  // acc [H, r_kv], then m [H], l [H]
+  const size_t split_scratch_bytes = align64(kernel.scratch_bytes(cache.layout, num_heads));
 
   Carver carver(workspace);
   float* partials = carver.take<float>(num_queries * max_splits * partial_elems);
   float* q_cat_all = carver.take<float>(num_threads * num_heads * width);
-  float* records_all = carver.take<float>(num_threads * kKeyTile * width);
-  float* scores_all = carver.take<float>(num_threads * kKeyTile);
+  std::byte* split_scratch_all =
+      carver.take<std::byte>(num_threads * static_cast<int64_t>(split_scratch_bytes));
 
   // Work item (query, split): split s of query i covers key entries [s·n/S, (s+1)·n/S).
   auto num_splits = [&](int64_t i) {
-    return std::clamp<int64_t>(num_key_entries(keys, i) / kMinKeysPerSplit, 1, max_splits);
+    return std::clamp<int64_t>(detail::mla_num_key_entries(keys, i) / kMinKeysPerSplit, 1,
+                               max_splits);
   };
   parallel_for(ctx, num_queries * max_splits, 1, [&](int64_t begin, int64_t end) {
     // Per-thread scratch: the kernels are not called from inside another parallel region.
     const int64_t thread = omp_in_parallel() ? omp_get_thread_num() : 0;
     DZ_DCHECK(thread < num_threads, "thread {} of {}", thread, num_threads);
     float* q_cat = q_cat_all + thread * num_heads * width;
-    float* records = records_all + thread * kKeyTile * width;
-    float* scores = scores_all + thread * kKeyTile;
+    const std::span<std::byte> split_scratch(split_scratch_all + thread * split_scratch_bytes,
+                                             split_scratch_bytes);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t i = item / max_splits, split = item % max_splits;
       const int64_t splits = num_splits(i);
       if (split >= splits) continue;
-      const int64_t num_entries = num_key_entries(keys, i);
-      const int64_t entry_begin = split * num_entries / splits;
-      const int64_t entry_end = (split + 1) * num_entries / splits;
+      const int64_t num_entries = detail::mla_num_key_entries(keys, i);
       for (int64_t h = 0; h < num_heads; ++h) {  // q_cat [H, r_kv + d_r] = [q_abs ; q_pe]
         std::copy_n(args.q_abs + (i * num_heads + h) * r_kv, r_kv, q_cat + h * width);
         std::copy_n(args.q_pe + i * args.q_pe_token_stride + h * args.q_pe_head_stride, d_r,
                     q_cat + h * width + r_kv);
       }
       float* acc = partials + item * partial_elems;
-      float* m = acc + num_heads * r_kv;
-      float* l = m + num_heads;
-      std::fill_n(acc, num_heads * r_kv, 0.0f);
-      std::fill_n(m, num_heads, kNegInf);
-      std::fill_n(l, num_heads, 0.0f);
-      for (int64_t j = entry_begin; j < entry_end;) {
-        int64_t num_keys = 0;  // gather the next tile of valid keys
-        for (; j < entry_end && num_keys < kKeyTile; ++j) {
-          const int32_t pos = key_entry(keys, i, j);
-          if (pos < 0) continue;
-          read_mla_record(cache.layout, cache.pool, slot_of_position(cache, pos),
-                          records + num_keys * width);
-          ++num_keys;
-        }
-        if (num_keys == 0) continue;
-        for (int64_t h = 0; h < num_heads; ++h) {
-          ops.dot_rows(q_cat + h * width, records, width, num_keys, width, scores);
-          for (int64_t k = 0; k < num_keys; ++k) scores[k] *= args.softmax_scale;
-          online_softmax_step(ops, scores, num_keys, records, width, r_kv, m[h], l[h],
-                              acc + h * r_kv);
-        }
-      }
+      kernel.run({.cache = &cache,
+                  .keys = &keys,
+                  .query = i,
+                  .entry_begin = split * num_entries / splits,
+                  .entry_end = (split + 1) * num_entries / splits,
+                  .num_heads = num_heads,
+                  .softmax_scale = args.softmax_scale,
+                  .q_cat = q_cat,
+                  .acc = acc,
+                  .m = acc + num_heads * r_kv,
+                  .l = acc + num_heads * r_kv + num_heads},
+                 split_scratch);
     }
   });
 
@@ -300,8 +333,8 @@ void mla_attention_prefill(const ExecContext& ctx, const MlaCacheView& cache,
       if (!needed) continue;
     }
     for (int64_t k = 0; k < block_keys; ++k)
-      read_mla_record(cache.layout, cache.pool, slot_of_position(cache, block_begin + k),
-                      records + k * width);
+      read_mla_record(cache.layout, cache.pool,
+                      detail::mla_slot_of_position(cache, block_begin + k), records + k * width);
     // k_nope_h = W_UK_h c_kv, v_h = W_UV_h c_kv for every key of the block, FP32 (not rounded, so
     // that this form agrees with the absorbed one to FP32 precision).
     parallel_for(ctx, num_heads, 1, [&](int64_t h_begin, int64_t h_end) {

@@ -179,6 +179,10 @@ std::span<std::byte> aligned(std::vector<std::byte>& buffer) {
 
 const Dims kDeepSeekTiny{4, 256, 64, 64, 64, KvCacheDtype::kFp8};
 const Dims kOddBf16{3, 96, 16, 24, 40, KvCacheDtype::kBf16};
+const Dims kDeepSeekHeads16{16, 512, 64, 128, 128, KvCacheDtype::kFp8};  // the V2-Lite shape
+// hybrid_model_test's two MLA blocks: rows narrower than one 32-column chunk of latent.
+const Dims kHybridDsa{2, 32, 16, 16, 16, KvCacheDtype::kBf16};
+const Dims kHybridNope{2, 32, 8, 16, 16, KvCacheDtype::kBf16};
 
 class MlaAttention : public ::testing::TestWithParam<Dims> {};
 
@@ -186,6 +190,9 @@ class MlaAttention : public ::testing::TestWithParam<Dims> {};
 // the kernels reassociate FP32 sums, the references accumulate in FP64: rel RMS < 1e-5
 // (docs/models.md §8.1, fp32 kernels).
 constexpr double kFp32Tolerance = 1e-5;
+// The absorbed form on BF16 products (mla_attention_vec.h) multiplies the exact BF16 records with
+// q and P split into two BF16 terms (remainder ≤ 2^-16 relative): FP32 accuracy, the same bound
+// (≈ 3e-6 measured).
 
 TEST_P(MlaAttention, TiledFormsMatchReferencesDenseAndSparse) {
   const unsigned seed = std::random_device{}();
@@ -257,12 +264,54 @@ TEST_P(MlaAttention, SelectionOfTheWholePrefixEqualsDense) {
   EXPECT_LT(rel_rms(sparse_out, dense_out), kFp32Tolerance);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, MlaAttention, ::testing::Values(kDeepSeekTiny, kOddBf16),
+INSTANTIATE_TEST_SUITE_P(Shapes, MlaAttention,
+                         ::testing::Values(kDeepSeekTiny, kOddBf16, kDeepSeekHeads16, kHybridDsa,
+                                           kHybridNope),
                          [](const auto& shape_info) {
-                           return shape_info.param.dtype == KvCacheDtype::kFp8
-                                      ? std::string("Fp8Tiny")
-                                      : std::string("Bf16Odd");
+                           const Dims& d = shape_info.param;
+                           return std::string(d.dtype == KvCacheDtype::kBf16 ? "Bf16" : "Fp8") +
+                                  "Heads" + std::to_string(d.num_heads) + "Latent" +
+                                  std::to_string(d.latent_dim) + "Rope" +
+                                  std::to_string(d.rope_dim);
                          });
+
+// FP8 tile scales that put decoded values near the ends of the BF16 range (written into the pool:
+// the cache writer's quantizer never makes them, but the kernel must not depend on that). The
+// BF16 split adds a scale to the BF16 exponents only where every result stays normal and decodes
+// other tiles value by value: ×2^-118 (tile scales ≈ 2^-125) takes that path, ×2^90 the shift.
+// q_abs is scaled the other way so that the scores stay as they were. At 2^-118 the small codes of
+// a tile decode below BF16's normal range (2^-126), where the vector splits' BF16 decode rounds
+// them and AMX reads BF16 denormals as zero: up to 2^-9 of a tile's largest value, ≈ 1.5e-3
+// relative here, held to 5e-3 there; the portable split reads them exactly.
+TEST(MlaAttentionAbsorbed, Fp8ScalesAtTheEndsOfTheRange) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int exponent : {-118, 90}) {
+    SCOPED_TRACE(::testing::Message() << "tile scales x 2^" << exponent);
+    Problem p = make_problem(rng, kDeepSeekTiny, 100, {99});
+    const MlaCacheLayout layout = p.layout();
+    for (int64_t slot = 0; slot < static_cast<int64_t>(p.pool.size()) / layout.record_bytes();
+         ++slot)
+      for (int64_t t = 0; t < layout.latent_dim / 128; ++t) {
+        std::byte* scale_bytes =
+            p.pool.data() + slot * layout.record_bytes() + layout.latent_dim + t * 4;
+        float scale;
+        std::memcpy(&scale, scale_bytes, 4);
+        scale = std::ldexp(scale, exponent);
+        std::memcpy(scale_bytes, &scale, 4);
+      }
+    std::vector<float> q_abs = absorb_queries(p);
+    for (auto& v : q_abs) v = std::ldexp(v, -exponent);
+    std::vector<float> ref_lat, o_lat;
+    mla_attention_absorbed_ref(p.cache(), p.keys(), absorbed_args(p, q_abs, ref_lat));
+    const ExecContext ctx{.num_threads = 1};
+    auto ws = absorbed_workspace(ctx, p);
+    mla_attention_absorbed(ctx, p.cache(), p.keys(), absorbed_args(p, q_abs, o_lat), aligned(ws));
+    const bool denormal_loss = exponent < 0 && detail::mla_absorbed_reads_records_as_bf16();
+    EXPECT_LT(rel_rms(o_lat, ref_lat), denormal_loss ? 5e-3 : kFp32Tolerance);
+  }
+}
 
 TEST(MlaAttentionAbsorbed, ReadsOnlySelectedRecords) {
   const unsigned seed = std::random_device{}();
