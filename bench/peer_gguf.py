@@ -7,7 +7,7 @@ engines run.
         [--config bench/configs/deepseek-v2-lite-shape.json] [--vocab-size 512] \
         [--gguf OUT.gguf] [--dayzero-config OUT.json] [--check-gguf IN.gguf]
 
---gguf writes the model (6.2 GiB for the V2-Lite shape, a few minutes): Q4_0 routed experts, Q8_0
+--gguf writes the model (6.2 GiB for the V2-Lite shape, about a minute): Q4_0 routed experts, Q8_0
 every other matrix (embedding and output included), F32 norms and router. --dayzero-config writes
 the config with `vocab_size` replaced (dayzero keeps its own formats: FP8 block weights, MXFP4
 experts). --check-gguf refuses a GGUF whose metadata differs from the config's shape. Only
@@ -273,8 +273,8 @@ def write_gguf(shape, path, seed):
     writer.write_ti_data_to_file()
     for index, (name, ne, kind) in enumerate(plan):
         writer.write_tensor_data(data(ne, kind))
-        if kind == "expert":
-            print(f"  {name} ({index + 1}/{len(plan)})", file=sys.stderr, flush=True)
+        if name.endswith("ffn_up_exps.weight"):
+            print(f"  {name} ({index + 1}/{len(plan)} tensors)", file=sys.stderr, flush=True)
     writer.close()
 
 
