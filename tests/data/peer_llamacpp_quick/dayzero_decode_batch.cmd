@@ -1,0 +1,1 @@
+build/src/dayzero/cli/dayzero bench decode --config OUTDIR/dayzero-shape-vocab512.json --threads 2 --batch 1,4 --context 256 --seconds 0.2 --min-steps 2 --max-steps 4 --limits-seconds 0.1 --json
