@@ -8,9 +8,9 @@
 # output lands in OUTDIR; bench/peer_report.py prints the table (OUTDIR/table.md, table.json).
 #
 # Usage: bench/peer_llamacpp.sh --llama LLAMA_DIR --dayzero PATH/TO/dayzero --gguf PATH.gguf
-#            --out OUTDIR [--threads 2] [--quick]
-#   LLAMA_DIR: a llama.cpp source tree built in LLAMA_DIR/build (bin/llama-bench,
-#   bin/llama-batched-bench) with its gguf-py. A missing GGUF is written (6.2 GiB, about a minute).
+#            --out OUTDIR [--llama-build BUILD_DIR] [--threads 2] [--quick]
+#   LLAMA_DIR: a llama.cpp source tree (its gguf-py writes the GGUF) built in BUILD_DIR
+#   (default LLAMA_DIR/build; bin/llama-bench, bin/llama-batched-bench). A missing GGUF is written (6.2 GiB, about a minute).
 #   --quick: one repetition, batches 1 and 4, shorter contexts and prompts (a smoke test of a few
 #   minutes; its figures are not the comparison).
 # Run it on a quiet machine: other processes take cores and memory bandwidth from both sides.
@@ -23,10 +23,11 @@ usage() {
 die() { echo "peer_llamacpp.sh: $*" >&2; exit 1; }
 step() { echo "[$(date +%T)] $*" >&2; }
 
-llama="" dayzero="" gguf="" out="" threads=2 quick=0
+llama="" llama_build="" dayzero="" gguf="" out="" threads=2 quick=0
 while (($#)); do
   case $1 in
     --llama) llama=${2:?--llama needs a directory}; shift 2 ;;
+    --llama-build) llama_build=${2:?--llama-build needs a directory}; shift 2 ;;
     --dayzero) dayzero=${2:?--dayzero needs a path}; shift 2 ;;
     --gguf) gguf=${2:?--gguf needs a path}; shift 2 ;;
     --out) out=${2:?--out needs a directory}; shift 2 ;;
@@ -43,12 +44,13 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 python=/usr/bin/python3
 shape=$repo/bench/configs/deepseek-v2-lite-shape.json
 shape_dsa=$repo/bench/configs/deepseek-v2-lite-shape-dsa.json
-llama_bench=$llama/build/bin/llama-bench
-batched_bench=$llama/build/bin/llama-batched-bench
+llama_build=${llama_build:-$llama/build}
+llama_bench=$llama_build/bin/llama-bench
+batched_bench=$llama_build/bin/llama-batched-bench
 
 [[ -d $llama ]] || die "--llama $llama: no such directory"
-[[ -x $llama_bench ]] || die "no llama-bench binary at $llama_bench (build it: cmake --build $llama/build --target llama-bench llama-batched-bench)"
-[[ -x $batched_bench ]] || die "no llama-batched-bench binary at $batched_bench (build it: cmake --build $llama/build --target llama-bench llama-batched-bench)"
+[[ -x $llama_bench ]] || die "no llama-bench binary at $llama_bench (build it: cmake --build $llama_build --target llama-bench llama-batched-bench)"
+[[ -x $batched_bench ]] || die "no llama-batched-bench binary at $batched_bench (build it: cmake --build $llama_build --target llama-bench llama-batched-bench)"
 [[ -f $llama/gguf-py/gguf/__init__.py ]] || die "no gguf-py at $llama/gguf-py (the gguf Python package of the llama.cpp tree)"
 [[ -x $dayzero ]] || die "--dayzero $dayzero: no executable there (make build)"
 [[ -x $python ]] || die "no $python (Debian's python3, with numpy, writes the GGUF and the report)"
@@ -74,7 +76,7 @@ cat > "$out/run.json" <<EOF
 {"threads": $threads, "quick": $quick, "reps": $reps, "short_gen": $short_gen,
  "short_context": $short_context, "mid_context": $mid, "long_context": $long,
  "prompts": [$prompts], "batches": [$batches], "batch_gen": $batch_gen,
- "dsa_contexts": "$dsa_contexts", "gguf": "$gguf", "llama_dir": "$llama", "dayzero": "$dayzero"}
+ "dsa_contexts": "$dsa_contexts", "gguf": "$gguf", "llama_dir": "$llama", "llama_build": "$llama_build", "dayzero": "$dayzero"}
 EOF
 uptime > "$out/uptime_start.txt"
 lscpu > "$out/lscpu.txt"
