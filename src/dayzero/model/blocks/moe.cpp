@@ -16,6 +16,10 @@
 namespace dz::model {
 namespace {
 
+// Experts with at most this many tokens run one per thread: up to here the expert linears take
+// their GEMV paths (FP8 block below 9 tokens, MXFP4 up to 8), one pass over the weights.
+constexpr int64_t kFewTokensPerExpert = 8;
+
 float* take_floats(Arena& scratch, int64_t num_elems) {
   return reinterpret_cast<float*>(
       scratch.allocate(static_cast<size_t>(num_elems) * sizeof(float)).data());
@@ -354,10 +358,11 @@ MoeBlock::MoeBlock(MoeConfig config, MoeWeights weights)
 
 size_t MoeBlock::scratch_bytes(int64_t max_tokens) const {
   const int64_t d = hidden_size_, r = expert_width_;
-  // logits, FP32 sum [T, d], gathered rows [T, r], expert output [T, max(d, r)], gate and up;
-  // latent: z and the routed sum [T, r] as well.
+  // logits, FP32 sum [T, d], slot outputs [T·k, r], gathered rows [T, r], expert output
+  // [T, max(d, r)], gate and up; latent: z and the routed sum [T, r] as well.
   return floats_bytes(max_tokens * config_.num_experts) + floats_bytes(max_tokens * d) +
-         floats_bytes(max_tokens * r) + floats_bytes(max_tokens * std::max(d, r)) +
+         floats_bytes(max_tokens * config_.num_experts_per_tok * r) + floats_bytes(max_tokens * r) +
+         floats_bytes(max_tokens * std::max(d, r)) +
          2 * floats_bytes(max_tokens * max_intermediate_) +
          (weights_.latent_down_proj ? 2 * floats_bytes(max_tokens * r) : 0);
 }
@@ -412,16 +417,19 @@ void MoeBlock::forward(const ExecContext& ctx, const float* x, int64_t num_token
   std::vector<int64_t> fill(expert_begin.begin(), expert_begin.end() - 1);
   std::vector<int64_t> slot_token(static_cast<size_t>(num_tokens * k));
   std::vector<float> slot_weight(slot_token.size());
+  std::vector<int64_t> token_slots(slot_token.size());  // [T, k]: the slots of each token
   for (int64_t t = 0; t < num_tokens; ++t) {
     for (int64_t i = 0; i < k; ++i) {
       const int32_t id = routing->expert_ids[t * k + i];
       const int64_t slot = fill[id]++;
       slot_token[slot] = t;
       slot_weight[slot] = routing->weights[t * k + i];
+      token_slots[t * k + i] = slot;
     }
   }
 
   float* sum = take_floats(scratch, num_tokens * d);
+  float* slot_out = take_floats(scratch, num_tokens * k * r);  // weighted output of each slot
   float* gathered = take_floats(scratch, num_tokens * r);
   float* expert_out = take_floats(scratch, num_tokens * std::max(d, r));
   float* gate = take_floats(scratch, num_tokens * max_intermediate_);
@@ -437,24 +445,60 @@ void MoeBlock::forward(const ExecContext& ctx, const float* x, int64_t num_token
     expert_in = z;
     routed_sum = take_floats(scratch, num_tokens * r);
   }
-  std::fill(routed_sum, routed_sum + num_tokens * r, 0.0f);
 
-  for (int64_t e = 0; e < num_experts; ++e) {
+  // Expert e on its tokens into the rows of its slots (weight applied), with the given buffers.
+  const auto run_expert = [&](const ExecContext& on, int64_t e, float* rows, float* out_rows,
+                              float* gate_rows, float* up_rows) {
     const int64_t begin = expert_begin[e], count = expert_begin[e + 1] - begin;
-    if (count == 0) continue;
     for (int64_t i = 0; i < count; ++i)
-      std::copy_n(expert_in + slot_token[begin + i] * r, r, gathered + i * r);
-    gated_into(ctx, weights_.experts[e], config_.activation, gathered, count, expert_out, gate, up);
-    // Each token occurs at most once per expert, so rows scatter to distinct tokens.
-    parallel_for(ctx, count, 8, [&](int64_t i_begin, int64_t i_end) {
-      for (int64_t i = i_begin; i < i_end; ++i) {
-        float* dst = routed_sum + slot_token[begin + i] * r;
-        const float w = slot_weight[begin + i];
-        const float* src = expert_out + i * r;
-        for (int64_t j = 0; j < r; ++j) dst[j] += w * src[j];
-      }
-    });
+      std::copy_n(expert_in + slot_token[begin + i] * r, r, rows + i * r);
+    gated_into(on, weights_.experts[e], config_.activation, rows, count, out_rows, gate_rows,
+               up_rows);
+    for (int64_t i = 0; i < count; ++i) {
+      const float w = slot_weight[begin + i];
+      float* dst = slot_out + (begin + i) * r;
+      for (int64_t j = 0; j < r; ++j) dst[j] = w * out_rows[i * r + j];
+    }
+  };
+  // Experts with many tokens (prefill) one after another, each on every thread; experts with a
+  // few (decode: 1–2 tokens each at batch 16) spread over the threads, one thread each, in one
+  // parallel region: a call per expert on all threads forks and joins them for ≈ 1–3 MiB of
+  // weights and restarts every thread's DRAM stream (docs/performance.md, issue 17).
+  std::vector<int64_t> few;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const int64_t count = expert_begin[e + 1] - expert_begin[e];
+    if (count == 0) continue;
+    if (count <= kFewTokensPerExpert && ctx.num_threads > 1)
+      few.push_back(e);
+    else
+      run_expert(ctx, e, gathered, expert_out, gate, up);
   }
+  parallel_for(ctx, static_cast<int64_t>(few.size()), 1, [&](int64_t begin, int64_t end) {
+    // Per-thread buffers for kFewTokensPerExpert tokens (thread_local: one set per worker).
+    thread_local std::vector<float> buffers;
+    const int64_t n = kFewTokensPerExpert;
+    buffers.resize(static_cast<size_t>(n * (r + std::max(d, r) + 2 * max_intermediate_)));
+    float* rows = buffers.data();
+    float* out_rows = rows + n * r;
+    float* gate_rows = out_rows + n * std::max(d, r);
+    float* up_rows = gate_rows + n * max_intermediate_;
+    for (int64_t i = begin; i < end; ++i)
+      run_expert(ExecContext{.num_threads = 1}, few[static_cast<size_t>(i)], rows, out_rows,
+                 gate_rows, up_rows);
+  });
+  // Each token's slots summed in expert order (slots are numbered expert by expert): the order of
+  // one expert after another, whichever thread ran which expert.
+  parallel_for(ctx, num_tokens, 8, [&](int64_t t_begin, int64_t t_end) {
+    std::vector<int64_t> slots(static_cast<size_t>(k));
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      std::copy_n(token_slots.begin() + t * k, k, slots.begin());
+      std::sort(slots.begin(), slots.end());
+      float* dst = routed_sum + t * r;
+      std::fill_n(dst, r, 0.0f);
+      for (int64_t slot : slots)
+        for (int64_t j = 0; j < r; ++j) dst[j] += slot_out[slot * r + j];
+    }
+  });
   if (latent) {
     // The norm sees the whole routed sum (docs/models.md §6.3), then the up projection's FP32
     // output starts the block sum, unrounded.
