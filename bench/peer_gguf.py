@@ -31,6 +31,9 @@ import math
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+from dayzero_ref.bpe_train import bytes_to_unicode  # noqa: E402  (stdlib only)
+
 kRepo = Path(__file__).resolve().parents[1]
 kDefaultConfig = kRepo / "bench" / "configs" / "deepseek-v2-lite-shape.json"
 kWeightStd = 0.02  # dequantized std of every random matrix
@@ -139,24 +142,10 @@ class Shape:
         }
 
 
-def byte_symbols():
-    """GPT-2's printable stand-in for each byte: printable Latin-1 bytes stand for themselves, the
-    others (controls, space, ...) map in byte order onto U+0100 upwards."""
-    printable = [b for b in range(256)
-                 if ord("!") <= b <= ord("~") or 0xA1 <= b <= 0xAC or 0xAE <= b <= 0xFF]
-    symbols = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in symbols:
-            symbols[b] = chr(256 + extra)
-            extra += 1
-    return symbols
-
-
 def tokenizer(vocab_size):
     """(tokens, is_control, merges): control tokens, byte symbols, then letter-pair merges (space +
     letter first, then letter pairs in English frequency order) until vocab_size tokens."""
-    symbols = byte_symbols()
+    symbols = bytes_to_unicode()  # GPT-2's printable stand-in for each byte
     tokens = list(kControlTokens) + [symbols[b] for b in range(256)]
     letters = "etaoinsrhldcumfpgwybvkxjqz"
     space = symbols[ord(" ")]
