@@ -96,4 +96,23 @@ void mxfp4_dequantize_rows_avx512(const uint8_t* packed, const uint8_t* scales, 
                                   int64_t row_begin, int64_t row_end, uint16_t* out_bf16,
                                   float* out_f32);
 
+// The AMX kernels (linear_mxfp4_amx_avx512.cpp) over the layout of mxfp4_amx_layout.h, for the
+// row groups [group_begin, group_end); x is BF16 [tokens, in] row-major, y[t · y_stride + i].
+// The GEMV: num_tokens <= kMxfp4AmxGemvMaxTokens; each block's product scaled in FP32 (every scale
+// code).
+inline constexpr int64_t kMxfp4AmxGemvMaxTokens = 16;
+void mxfp4_amx_gemv_groups(const uint8_t* packed, const uint8_t* scales, int64_t in, int64_t out,
+                           const uint16_t* x, int64_t num_tokens, float* y, int64_t y_stride,
+                           int64_t group_begin, int64_t group_end);
+// The folded GEMV: num_tokens <= kMxfp4AmxGemvMaxTokens, scales folded into the BF16 values (every
+// block holding a nonzero element must have a scale code in [2, 252]).
+void mxfp4_amx_gemv_folded_groups(const uint8_t* packed, const uint8_t* scales, int64_t in,
+                                  int64_t out, const uint16_t* x, int64_t num_tokens, float* y,
+                                  int64_t y_stride, int64_t group_begin, int64_t group_end);
+// The GEMM: any token count, x zero-padded to a multiple of 16 rows; the scales folded into the
+// BF16 values, so every block holding a nonzero element must have a scale code in [2, 252].
+void mxfp4_amx_gemm_groups(const uint8_t* packed, const uint8_t* scales, int64_t in, int64_t out,
+                           const uint16_t* x, int64_t num_tokens, float* y, int64_t y_stride,
+                           int64_t group_begin, int64_t group_end);
+
 }  // namespace dz::kernels::detail

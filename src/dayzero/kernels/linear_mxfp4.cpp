@@ -7,11 +7,13 @@
 
 #include "dayzero/core/logging.h"
 #include "dayzero/formats/code_checks.h"
+#include "dayzero/formats/decode_tables.h"
 #include "dayzero/formats/mxfp4_layouts.h"
 #include "dayzero/kernels/cpu_features.h"
 #include "dayzero/kernels/linear_common.h"
 #include "dayzero/kernels/linear_kernels.h"
 #include "dayzero/kernels/linear_ref.h"
+#include "dayzero/kernels/mxfp4_amx_layout.h"
 
 namespace dz::kernels {
 
@@ -28,6 +30,10 @@ constexpr int64_t kMaxTileRows = 256;
 constexpr int64_t kTileTokens = 256;  // tokens per tile GEMM
 
 }  // namespace
+
+bool mxfp4_amx_available() {
+  return cpu_features().amx_bf16;
+}
 
 Result<Mxfp4Linear> Mxfp4Linear::create(const TensorView& weight_packed,
                                         const TensorView& weight_scale) {
@@ -58,39 +64,74 @@ Result<Mxfp4Linear> Mxfp4Linear::create(const TensorView& weight_packed,
   result.out_features_ = out;
   result.in_features_ = in;
   const int64_t row_bytes = in / 2, num_blocks = in / 32;
-  result.packed_ = AlignedBuffer(static_cast<size_t>(out * row_bytes));
-  result.scales_ = AlignedBuffer(static_cast<size_t>(out * num_blocks));
-  auto* packed = reinterpret_cast<uint8_t*>(result.packed_.data());
-  auto* scales = reinterpret_cast<uint8_t*>(result.scales_.data());
-  for (int64_t i = 0; i < out; ++i) {
-    std::memcpy(packed + i * row_bytes,
-                weight_packed.data_as<const uint8_t>() + i * weight_packed.strides()[0],
-                static_cast<size_t>(row_bytes));
-    std::memcpy(scales + i * num_blocks,
+  const auto codes_of_row = [&](int64_t i) {
+    return weight_packed.data_as<const uint8_t>() + i * weight_packed.strides()[0];
+  };
+  std::vector<uint8_t> scales(static_cast<size_t>(out * num_blocks));
+  for (int64_t i = 0; i < out; ++i)
+    std::memcpy(scales.data() + i * num_blocks,
                 weight_scale.data_as<const uint8_t>() + i * weight_scale.strides()[0],
                 static_cast<size_t>(num_blocks));
-  }
-  Status scale_status = formats::check_e8m0_scales(
-      std::span<const uint8_t>(scales, static_cast<size_t>(out * num_blocks)),
-      expected_scale_shape);
+  Status scale_status = formats::check_e8m0_scales(scales, expected_scale_shape);
   if (!scale_status.ok()) return std::move(scale_status).with_context("MXFP4 weight_scale");
 
   result.row_subnormal_.assign(static_cast<size_t>(out), 0);
   int64_t num_low_blocks = 0;
   for (int64_t i = 0; i < out; ++i)
     for (int64_t b = 0; b < num_blocks; ++b) {
-      if (scales[i * num_blocks + b] >= 2) continue;
+      const uint8_t scale = scales[static_cast<size_t>(i * num_blocks + b)];
+      const uint8_t* block = codes_of_row(i) + b * 16;
+      bool nonzero = false;
+      for (int k = 0; k < 16; ++k) nonzero = nonzero || (block[k] & 0x77) != 0;
+      if (nonzero && (scale < 2 || scale > 252)) result.scales_fold_ = false;
+      if (scale >= 2) continue;
       ++num_low_blocks;
-      const uint8_t* block = packed + i * row_bytes + b * 16;
-      for (int k = 0; k < 16; ++k)
-        if ((block[k] & 0x77) != 0) result.row_subnormal_[static_cast<size_t>(i)] = 1;
+      if (nonzero) result.row_subnormal_[static_cast<size_t>(i)] = 1;
     }
   for (uint8_t flag : result.row_subnormal_) result.any_subnormal_ = result.any_subnormal_ || flag;
   if (num_low_blocks > 0)
     spdlog::debug("MXFP4 weight [{}, {}]: {} blocks with scale code 0 or 1", out, in,
                   num_low_blocks);
-  result.kernels_ = cpu_features().avx512 && cpu_features().avx512_bf16 ? Kernels::kAvx512Bf16
-                                                                        : Kernels::kReference;
+
+  const CpuFeatures& cpu = cpu_features();
+  result.kernels_ = mxfp4_amx_available()           ? Kernels::kAmx
+                    : cpu.avx512 && cpu.avx512_bf16 ? Kernels::kAvx512Bf16
+                                                    : Kernels::kReference;
+  if (result.kernels_ != Kernels::kAmx) {
+    result.packed_ = AlignedBuffer(static_cast<size_t>(out * row_bytes));
+    result.scales_ = AlignedBuffer(scales.size());
+    for (int64_t i = 0; i < out; ++i)
+      std::memcpy(result.packed_.data() + i * row_bytes, codes_of_row(i),
+                  static_cast<size_t>(row_bytes));
+    std::memcpy(result.scales_.data(), scales.data(), scales.size());
+    return result;
+  }
+  // The tile layout, written straight from the source rows; padding rows get zero codes and scale
+  // code 127.
+  const int64_t padded_rows = detail::mxfp4_amx_num_groups(out) * detail::kMxfp4AmxGroupRows;
+  result.packed_ = AlignedBuffer(static_cast<size_t>(padded_rows * row_bytes));
+  result.scales_ = AlignedBuffer(static_cast<size_t>(padded_rows * num_blocks));
+  auto* to_packed = reinterpret_cast<uint8_t*>(result.packed_.data());
+  auto* to_scales = reinterpret_cast<uint8_t*>(result.scales_.data());
+  std::memset(to_packed, 0, result.packed_.size_bytes());
+  std::memset(to_scales, 127, result.scales_.size_bytes());
+  // Byte 64c + 4n + 2h + p of a block takes nibble h of input bytes 4c + 2p and 4c + 2p + 1 of row
+  // n (mxfp4_amx_nibble written out per byte pair).
+  for (int64_t i = 0; i < out; ++i) {
+    const int64_t n = i % detail::kMxfp4AmxGroupRows;
+    for (int64_t b = 0; b < num_blocks; ++b) {
+      const uint8_t* from = codes_of_row(i) + 16 * b;
+      uint8_t* to = to_packed + detail::mxfp4_amx_nibble(in, i, 32 * b).byte - 4 * n;
+      for (int c = 0; c < 4; ++c)
+        for (int p = 0; p < 2; ++p) {
+          const uint8_t lo = from[4 * c + 2 * p], hi = from[4 * c + 2 * p + 1];
+          to[64 * c + 4 * n + p] = static_cast<uint8_t>((lo & 0xF) | (hi << 4));
+          to[64 * c + 4 * n + 2 + p] = static_cast<uint8_t>((lo >> 4) | (hi & 0xF0));
+        }
+      to_scales[detail::mxfp4_amx_scale_index(in, i, b)] =
+          scales[static_cast<size_t>(i * num_blocks + b)];
+    }
+  }
   return result;
 }
 
@@ -114,7 +155,9 @@ int64_t Mxfp4Linear::tile_rows() const {
 void Mxfp4Linear::forward(const ExecContext& ctx, const float* x, int64_t num_tokens,
                           float* y) const {
   detail::OmpThreads threads(ctx.num_threads);
-  if (kernels_ == Kernels::kReference)
+  if (kernels_ == Kernels::kAmx)
+    forward_amx(ctx, x, num_tokens, y);
+  else if (kernels_ == Kernels::kReference)
     linear_mxfp4_ref(packed_data(), scale_data(), out_features_, in_features_, x, num_tokens, y);
   else if (num_tokens < kMxfp4GemmMinTokens || tile_rows() == 0)
     forward_gemv(ctx, x, num_tokens, y);
@@ -140,6 +183,34 @@ void Mxfp4Linear::forward_gemv(const ExecContext& ctx, const float* x, int64_t n
                                      x_packed + t * x_elems, count, y + t * out_features_,
                                      out_features_, row_begin, row_end);
     }
+  });
+}
+
+void Mxfp4Linear::forward_amx(const ExecContext& ctx, const float* x, int64_t num_tokens,
+                              float* y) const {
+  const bool gemm = num_tokens > detail::kMxfp4AmxGemvMaxTokens && scales_fold_;
+  // The GEMM reads whole tiles of 16 tokens: zero rows up to the next multiple.
+  const int64_t rows = gemm ? (num_tokens + 15) / 16 * 16 : num_tokens;
+  auto* x_bf16 = reinterpret_cast<uint16_t*>(
+      detail::ensure(detail::activation_scratch().bf16,
+                     static_cast<size_t>(rows * in_features_) * sizeof(uint16_t)));
+  detail::round_activations(ctx, x, num_tokens * in_features_, x_bf16, nullptr);
+  std::memset(x_bf16 + num_tokens * in_features_, 0,
+              static_cast<size_t>((rows - num_tokens) * in_features_) * sizeof(uint16_t));
+  const int64_t groups = detail::mxfp4_amx_num_groups(out_features_);
+  const int64_t threads = std::max(ctx.num_threads, 1);
+  // One contiguous range of row groups per thread: one sequential DRAM stream each.
+  parallel_for(ctx, groups, (groups + threads - 1) / threads, [&](int64_t begin, int64_t end) {
+    if (gemm) {
+      detail::mxfp4_amx_gemm_groups(packed_data(), scale_data(), in_features_, out_features_,
+                                    x_bf16, num_tokens, y, out_features_, begin, end);
+      return;
+    }
+    for (int64_t t = 0; t < num_tokens; t += detail::kMxfp4AmxGemvMaxTokens)
+      (scales_fold_ ? detail::mxfp4_amx_gemv_folded_groups : detail::mxfp4_amx_gemv_groups)(
+          packed_data(), scale_data(), in_features_, out_features_, x_bf16 + t * in_features_,
+          std::min(detail::kMxfp4AmxGemvMaxTokens, num_tokens - t), y + t * out_features_,
+          out_features_, begin, end);
   });
 }
 
@@ -188,6 +259,17 @@ void Mxfp4Linear::forward_tiles(const ExecContext& ctx, const float* x, int64_t 
 
 void Mxfp4Linear::dequantize(float* out) const {
   const int64_t num_elems = out_features_ * in_features_;
+  if (kernels_ == Kernels::kAmx) {
+    for (int64_t i = 0; i < out_features_; ++i)
+      for (int64_t j = 0; j < in_features_; ++j) {
+        const detail::Mxfp4AmxNibble at = detail::mxfp4_amx_nibble(in_features_, i, j);
+        const int code = (packed_data()[at.byte] >> at.shift) & 0xF;
+        out[i * in_features_ + j] = formats::kE2m1Values[static_cast<size_t>(code)] *
+                                    formats::kE8m0Values[scale_data()[detail::mxfp4_amx_scale_index(
+                                        in_features_, i, j / 32)]];
+      }
+    return;
+  }
   formats::dequantize_mxfp4_packed(
       std::span<const uint8_t>(packed_data(), static_cast<size_t>(num_elems / 2)),
       std::span<const uint8_t>(scale_data(), static_cast<size_t>(num_elems / 32)), out_features_,

@@ -3,8 +3,12 @@
 // [out, in/2] and E8M0 scales [out, in/32], kept packed (4.25 bits per weight). Internal to
 // kernels/; model code holds a LinearWeight.
 //
-// forward() by CPU and token count (docs/cpu_dispatch.md; kernel_paths.cpp names the paths), the
-// kernels in linear_mxfp4_avx512.cpp:
+// forward() by CPU and token count (docs/cpu_dispatch.md; kernel_paths.cpp names the paths):
+// - AMX: the codes are kept in the tile layout of mxfp4_amx_layout.h and every token count runs on
+//   AMX tiles (linear_mxfp4_amx_avx512.cpp): up to 16 tokens the GEMV (block scales in FP32), more
+//   the GEMM with the scales folded into the BF16 tiles (or GEMV passes of 16 tokens for a weight
+//   with scale codes outside 2–252 on nonzero blocks).
+// Otherwise the kernels of linear_mxfp4_avx512.cpp over the codes as stored:
 // - Few tokens (< kMxfp4GemmMinTokens), or rows too long for one tile: the fused VDPBF16PS GEMV.
 // - More tokens: tiles dequantized into a fixed per-thread workspace (BF16, or FP32 for tiles whose
 //   rows hold scale codes 0 or 1 with nonzero elements: BF16 subnormals, which the BF16 GEMM may
@@ -22,6 +26,9 @@
 #include "dayzero/kernels/linear_onednn.h"
 
 namespace dz::kernels {
+
+// Whether MXFP4 weights load into the AMX tile layout and run the AMX kernels.
+bool mxfp4_amx_available();
 
 class Mxfp4Linear {
  public:
@@ -49,6 +56,7 @@ class Mxfp4Linear {
   enum class Kernels {
     kReference,   // no AVX-512 with BF16
     kAvx512Bf16,  // the GEMV and the tiles of linear_mxfp4_avx512.cpp
+    kAmx,         // linear_mxfp4_amx_avx512.cpp, codes and scales in the AMX tile layout
   };
 
   Mxfp4Linear() = default;
@@ -56,17 +64,21 @@ class Mxfp4Linear {
   int64_t tile_rows() const;
   void forward_gemv(const ExecContext& ctx, const float* x, int64_t num_tokens, float* y) const;
   void forward_tiles(const ExecContext& ctx, const float* x, int64_t num_tokens, float* y) const;
+  void forward_amx(const ExecContext& ctx, const float* x, int64_t num_tokens, float* y) const;
   const uint8_t* packed_data() const { return reinterpret_cast<const uint8_t*>(packed_.data()); }
   const uint8_t* scale_data() const { return reinterpret_cast<const uint8_t*>(scales_.data()); }
 
   int64_t out_features_ = 0;
   int64_t in_features_ = 0;
-  AlignedBuffer packed_;  // [out, in/2] nibbles
-  AlignedBuffer scales_;  // [out, in/32] E8M0 codes, no 0xFF
+  AlignedBuffer packed_;  // [out, in/2] nibbles, or the AMX tile layout (kAmx)
+  AlignedBuffer scales_;  // [out, in/32] E8M0 codes, no 0xFF, or the AMX tile layout (kAmx)
   // Per row: whether a block with scale code 0 or 1 has a nonzero element (its values are BF16
   // subnormals: such rows go through FP32 tiles).
   std::vector<uint8_t> row_subnormal_;
   bool any_subnormal_ = false;
+  // Every block with a nonzero element has a scale code in [2, 252]: its values times the scale are
+  // normal BF16 values, so the AMX GEMM may fold the scales into the tiles.
+  bool scales_fold_ = true;
   Kernels kernels_ = Kernels::kReference;
   detail::MatmulCache matmuls_;
 };

@@ -19,6 +19,7 @@
 #include "dayzero/kernels/cpu_features.h"
 #include "dayzero/kernels/linear.h"
 #include "dayzero/kernels/linear_kernels.h"
+#include "dayzero/kernels/linear_mxfp4.h"
 #include "dayzero/kernels/linear_ref.h"
 
 namespace dz::kernels {
@@ -119,11 +120,14 @@ struct Case {
   int64_t out, in;
 };
 // in = 32 and 64 (the tiny K3 experts), block counts that are not multiples of 4 (the GEMV tail),
-// odd out counts (partial 4-row groups and partial tiles).
-const Case kCases[] = {{1, 32}, {3, 64}, {5, 96}, {64, 64}, {130, 256}, {257, 480}, {33, 1024}};
-// 1–8 run the GEMV (one pass of kMxfp4GemvMaxTokens), 9+ the tiles; 300 spans
-// two token tiles.
-const int64_t kTokenCounts[] = {1, 2, 3, 4, 5, 7, 8, 9, 17, 64, 300};
+// odd out counts (partial 4-row groups, partial 16-row AMX groups and partial tiles); 66 blocks
+// take two chunks of the AMX GEMM.
+const Case kCases[] = {{1, 32},    {3, 64},    {5, 96},    {64, 64},
+                       {130, 256}, {257, 480}, {33, 1024}, {19, 2112}};
+// Without AMX 1–8 run the GEMV (one pass of kMxfp4GemvMaxTokens), 9+ the tiles; 300 spans two
+// token tiles. With AMX 1–16 run the AMX GEMV, more the AMX GEMM (or GEMV passes of 16 when scales
+// cannot be folded), 300 = 4 + 4 + 4 + 4 + 3 token tiles.
+const int64_t kTokenCounts[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17, 64, 300};
 
 void expect_forward_matches(const Mxfp4& w, std::mt19937& rng, int num_threads) {
   Result<LinearWeight> linear = load(w);
@@ -154,8 +158,10 @@ TEST(LinearMxfp4, DequantizeIsExact) {
     EXPECT_FALSE(linear->is_fp8_block());
     EXPECT_EQ(linear->out_features(), c.out);
     EXPECT_EQ(linear->in_features(), c.in);
-    // Packed codes, scales and one flag byte per row: 4.25 bits per weight plus 1 byte per row.
-    EXPECT_EQ(linear->stored_bytes(), c.out * c.in / 2 + c.out * c.in / 32 + c.out);
+    // Packed codes, scales and one flag byte per row: 4.25 bits per weight plus 1 byte per row;
+    // the AMX tile layout pads the rows to a multiple of 16.
+    const int64_t rows = mxfp4_amx_available() ? (c.out + 15) / 16 * 16 : c.out;
+    EXPECT_EQ(linear->stored_bytes(), rows * c.in / 2 + rows * c.in / 32 + c.out);
     std::vector<float> dense(static_cast<size_t>(c.out * c.in));
     linear->dequantize(dense.data());
     for (int64_t i = 0; i < c.out; ++i)
