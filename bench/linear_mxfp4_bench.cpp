@@ -1,10 +1,12 @@
-// LinearWeight (kernels/linear.h) on compressed-tensors MXFP4 weights: the fused VDPBF16PS GEMV at
-// 1–8 tokens and the dequantized-tile GEMM at 16–255, cycling through a >= 1 GiB set of
-// [3072, 3584] matrices (a Kimi-K3 expert's w1/w3, docs/formats.md §3.4) so that every call reads
-// its weights from DRAM, not from the 480 MiB L3. The GEMV reports packed weight bytes (codes +
-// scales, 4.25 bits per weight) per second as a fraction of the DRAM read bandwidth measured in the
-// same run (machine_limits.h); the GEMM reports FLOP/s against the BF16 GEMM limit. The peer is
-// BF16 weights of the same shape (3.76× the bytes per weight) on the oneDNN path.
+// LinearWeight (kernels/linear.h) on compressed-tensors MXFP4 weights, cycling through a >= 1 GiB
+// set of [3072, 3584] matrices (a Kimi-K3 expert's w1/w3, docs/formats.md §3.4) so that every call
+// reads its weights from DRAM, not from the 480 MiB L3. The kernels are those LinearWeight picks
+// (with AMX: the tile GEMV to 16 tokens and the tile GEMM past it; without: the fused VDPBF16PS
+// GEMV to 8 tokens and the dequantized-tile GEMM past it; DZ_CPU_ISA=avx512 runs the latter on an
+// AMX machine). The GEMV reports packed weight bytes (codes + scales, 4.25 bits per weight) per
+// second as a fraction of the DRAM read bandwidth measured in the same run (machine_limits.h); the
+// GEMM reports FLOP/s against the BF16 GEMM limit. The peer is BF16 weights of the same shape
+// (3.76× the bytes per weight) on the oneDNN path.
 #include <benchmark/benchmark.h>
 
 #include <time.h>
