@@ -7,6 +7,7 @@
 // VCVTPH2PS widens them exactly; the 2^8 is folded back once per output (GEMV) or into the scale
 // (tiles).
 
+#include <array>
 #include <cstdint>
 
 #include "dayzero/formats/fp8_block.h"
@@ -67,6 +68,13 @@ void fp8_dequantize_rows_f32_avx512(const uint8_t* codes, const float* scale_inv
 // MXFP4 (docs/formats.md §3.4): packed [out, in/2] E2M1 nibbles (element 2b in the low nibble of
 // byte b), scales [out, in/32] E8M0 codes (never 0xFF: the loader refuses them), in % 32 == 0.
 // Kernels in linear_mxfp4_avx512.cpp (AVX-512 BW + BF16).
+
+// BF16 bits of the 16 E2M1 codes (docs/formats.md §1.3), twice: VPERMW reads 5 index bits, so the
+// bit above a nibble may be anything.
+alignas(64) inline constexpr std::array<uint16_t, 32> kE2m1Bf16 = {
+    0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0, 0x8000, 0xBF00, 0xBF80,
+    0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0, 0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040,
+    0x4080, 0x40C0, 0x8000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0};
 
 // Most tokens one GEMV pass keeps in registers.
 inline constexpr int64_t kMxfp4GemvMaxTokens = 8;

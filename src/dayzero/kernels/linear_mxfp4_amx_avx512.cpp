@@ -39,12 +39,6 @@ namespace {
 #define DZ_MXFP4_AMX_UNROLL
 #endif
 
-// BF16 bits of the 16 E2M1 codes (docs/formats.md §1.3), twice: VPERMW reads 5 index bits.
-alignas(64) constexpr std::array<uint16_t, 32> kE2m1Bf16 = {
-    0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0, 0x8000, 0xBF00, 0xBF80,
-    0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0, 0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040,
-    0x4080, 0x40C0, 0x8000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0};
-
 // Software prefetch distance and level: the decode runs near the DRAM rate of one core, so lines
 // must be requested well ahead. Measured on [3072, 3584] experts from DRAM (Intel, 1 and 2
 // threads): into L2 (T1) 5–15 % faster than into L1 (T0), 8–64 KiB alike; NTA or none 1.8× slower.
