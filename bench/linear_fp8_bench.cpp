@@ -1,9 +1,10 @@
 // LinearWeight (kernels/linear.h) on FP8 128×128 block weights: the fused GEMV at 1–8 tokens and
-// the dequantize-tile GEMM at 12–256, cycling through a >= 1 GiB set of [2048, 7168] matrices (the
-// shape of a DeepSeek-V3 expert's gate/up) so that every call reads its weights from DRAM, not from
-// the 480 MiB L3. GEMV reports weight bytes per second as a fraction of the DRAM read bandwidth
-// measured in the same run (machine_limits.h); the GEMM reports FLOP/s against the BF16 GEMM
-// limit. Also a BF16 GEMV on the same shapes (2 bytes per weight) for comparison.
+// the GEMM (AMX tiles, or dequantized tiles + oneDNN) at 9–512, cycling through a >= 1 GiB set of
+// [2048, 7168] matrices (the shape of a DeepSeek-V3 expert's gate/up) so that every call reads its
+// weights from DRAM, not from the 480 MiB L3. GEMV reports weight bytes per second as a fraction of
+// the DRAM read bandwidth measured in the same run (machine_limits.h); the GEMM reports FLOP/s
+// against the BF16 GEMM limit. Also a BF16 GEMV on the same shapes (2 bytes per weight) for
+// comparison.
 #include <benchmark/benchmark.h>
 
 #include <time.h>
@@ -34,8 +35,9 @@ const dz::bench::MachineLimits& limits() {
   return dz::bench::limits_for_this_run();
 }
 
-// Random finite E4M3 codes from a xorshift stream, power-of-two scales.
-std::vector<LinearWeight> make_set(bool fp8, int64_t set_bytes) {
+// Random finite E4M3 codes from a xorshift stream; power-of-two scales, or arbitrary ones (what
+// checkpoints hold: amax / 448 per block) when !pow2.
+std::vector<LinearWeight> make_set(bool fp8, int64_t set_bytes, bool pow2 = true) {
   const int64_t bytes_per_matrix = kOut * kIn * (fp8 ? 1 : 2);
   const int64_t num_matrices = (set_bytes + bytes_per_matrix - 1) / bytes_per_matrix;
   std::vector<LinearWeight> set;
@@ -51,6 +53,11 @@ std::vector<LinearWeight> make_set(bool fp8, int64_t set_bytes) {
         codes[e + b] = (c & 0x7F) == 0x7F ? 0x7E : c;
       }
     }
+    if (!pow2)
+      for (float& scale : scales) {
+        state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+        scale = (1.0f + static_cast<float>(state % 1000) / 1000.0f) / 512;
+      }
     if (fp8) {
       auto w = LinearWeight::from_fp8_block(
           dz::TensorView(codes.data(), dz::DType::kF8E4M3, dz::Shape{kOut, kIn}),
@@ -66,9 +73,11 @@ std::vector<LinearWeight> make_set(bool fp8, int64_t set_bytes) {
   return set;
 }
 
-const std::vector<LinearWeight>& fp8_set() {
-  static const std::vector<LinearWeight> set = make_set(true, kSetBytes);
-  return set;
+const std::vector<LinearWeight>& fp8_set(bool pow2) {
+  static const std::vector<LinearWeight> pow2_set = make_set(true, kSetBytes, true);
+  if (pow2) return pow2_set;
+  static const std::vector<LinearWeight> arbitrary_set = make_set(true, kSetBytes, false);
+  return arbitrary_set;
 }
 
 // CPU seconds of the whole process (all threads): on a shared machine, bytes per CPU second is
@@ -110,7 +119,7 @@ void run(benchmark::State& state, const std::vector<LinearWeight>& set, int64_t 
 
 void BM_Fp8Linear(benchmark::State& state) {
   limits();
-  run(state, fp8_set(), kOut * kIn + (kOut / 128) * (kIn / 128) * 4);
+  run(state, fp8_set(state.range(2) != 0), kOut * kIn + (kOut / 128) * (kIn / 128) * 4);
 }
 
 void BM_Bf16Linear(benchmark::State& state) {
@@ -179,7 +188,16 @@ void thread_args(benchmark::internal::Benchmark* b, std::initializer_list<int64_
   b->ArgNames({"tokens", "threads"})->UseRealTime()->MinTime(1.0);
 }
 
-BENCHMARK(BM_Fp8Linear)->Apply([](auto* b) { thread_args(b, {1, 2, 3, 4, 8, 12, 16, 64, 256}); });
+// Third argument: 1 for power-of-two block scales, 0 for arbitrary ones.
+BENCHMARK(BM_Fp8Linear)->Apply([](auto* b) {
+  const int64_t all = dz::default_num_threads();
+  for (int64_t pow2 : {1, 0})
+    for (int64_t t : {1, 2, 3, 4, 8, 9, 12, 16, 32, 64, 256, 512}) {
+      b->Args({t, 1, pow2});
+      if (all > 1) b->Args({t, all, pow2});
+    }
+  b->ArgNames({"tokens", "threads", "pow2"})->UseRealTime()->MinTime(1.0);
+});
 BENCHMARK(BM_DramRead)->UseRealTime()->MinTime(1.0);
 BENCHMARK(BM_Fp8LinearInL2)
     ->Args({1, 1})

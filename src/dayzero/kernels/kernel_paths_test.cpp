@@ -11,6 +11,7 @@
 #include "dayzero/kernels/kda.h"
 #include "dayzero/kernels/kda_detail.h"
 #include "dayzero/kernels/lightning_indexer.h"
+#include "dayzero/kernels/linear_fp8_block.h"
 #include "dayzero/kernels/linear_mxfp4.h"
 #include "dayzero/kernels/mla_absorb.h"
 
@@ -46,6 +47,8 @@ TEST(KernelPaths, FollowTheDispatchersOnThisProcess) {
   EXPECT_EQ(lightning_indexer_avx512_available(keys), !portable(indexer));
   const MlaAbsorbDims mla{.num_heads = 4, .nope_dim = 128, .latent_dim = 512, .v_dim = 128};
   EXPECT_EQ(mla_absorb_avx512_available(mla), !portable(path_of(paths, "MLA absorb / expand")));
+  EXPECT_EQ(fp8_block_amx_available(), path_of(paths, "FP8 block linear, >= 9 tokens").path ==
+                                           "AMX-BF16 GEMM, decoded codes as A tiles");
   EXPECT_EQ(mxfp4_amx_available(),
             path_of(paths, "MXFP4 linear").path == "AMX-BF16 tiles (GEMV to 16 tokens, GEMM)");
 }
@@ -73,6 +76,8 @@ TEST(KernelPaths, AvxWithoutAmxNamesAmxAsWhatIsMissing) {
   EXPECT_EQ(path_of(paths, "lightning indexer (FP8 keys)").missing, "amx_bf16");
   EXPECT_EQ(path_of(paths, "BF16 linear, <= 64 tokens").path, "oneDNN BF16 matmul");
   EXPECT_EQ(path_of(paths, "MXFP4 linear").path, "GEMV / BF16 tiles + oneDNN");
+  EXPECT_EQ(path_of(paths, "FP8 block linear, >= 9 tokens").path,
+            "BF16 tiles by byte tables + oneDNN");
   EXPECT_EQ(path_of(paths, "MXFP4 linear").missing, "amx_bf16");
   const std::string report = kernel_path_report(zen, CpuIsa::kAmx);
   EXPECT_NE(report.find("amx_bf16 no"), std::string::npos) << report;

@@ -29,6 +29,11 @@ constexpr int64_t kTileTokens = 256;  // tokens per tile GEMM
 
 }  // namespace
 
+bool fp8_block_amx_available() {
+  const CpuFeatures& cpu = cpu_features();
+  return cpu.amx_bf16 && cpu.avx512_vbmi && cpu.avx512_bf16;
+}
+
 Result<Fp8BlockLinear> Fp8BlockLinear::create(const TensorView& codes, const TensorView& scale_inv,
                                               int64_t block_rows, int64_t block_cols) {
   DZ_RETURN_IF_ERROR(detail::check_matrix(codes, "FP8 weight"));
@@ -96,6 +101,7 @@ Result<Fp8BlockLinear> Fp8BlockLinear::create(const TensorView& codes, const Ten
     result.kernels_ = Kernels::kVbmiBf16;
   else
     result.kernels_ = Kernels::kAvx512;
+  result.amx_ = result.kernels_ == Kernels::kVbmiBf16 && fp8_block_amx_available();
   return result;
 }
 
@@ -110,6 +116,8 @@ void Fp8BlockLinear::forward(const ExecContext& ctx, const float* x, int64_t num
     linear_fp8_block_ref(code_data(), scale_data(), block_, x, num_tokens, y);
   else if (num_tokens < kFp8GemmMinTokens)
     forward_gemv(ctx, x, num_tokens, y);
+  else if (amx_)
+    forward_amx(ctx, x, num_tokens, y);
   else
     forward_tiles(ctx, x, num_tokens, y);
 }
@@ -150,6 +158,24 @@ void Fp8BlockLinear::forward_gemv(const ExecContext& ctx, const float* x, int64_
       detail::fp8_gemv_rows_avx512(code_data(), scale_data(), block_, x_f32 + t * in_features,
                                    count, y + t * out_features, row_begin, row_end);
     }
+  });
+}
+
+void Fp8BlockLinear::forward_amx(const ExecContext& ctx, const float* x, int64_t num_tokens,
+                                 float* y) const {
+  const int64_t in_features = block_.num_cols;
+  auto* xb = reinterpret_cast<uint16_t*>(detail::ensure(
+      detail::activation_scratch().bf16,
+      static_cast<size_t>(detail::fp8_amx_x_words(in_features, num_tokens)) * sizeof(uint16_t)));
+  const int64_t token_tiles = (num_tokens + 15) / 16;
+  parallel_for(ctx, token_tiles, 1, [&](int64_t begin, int64_t end) {
+    detail::fp8_amx_pack_x(x, in_features, num_tokens, begin, end, xb);
+  });
+  const int64_t groups = (block_.num_rows + 15) / 16;
+  const int64_t threads = std::max(ctx.num_threads, 1);
+  // One contiguous range of row groups per thread: one sequential DRAM stream each.
+  parallel_for(ctx, groups, (groups + threads - 1) / threads, [&](int64_t begin, int64_t end) {
+    detail::fp8_amx_gemm_groups(code_data(), scale_data(), block_, xb, num_tokens, y, begin, end);
   });
 }
 

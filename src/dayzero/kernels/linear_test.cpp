@@ -13,6 +13,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <thread>
 #include <vector>
@@ -107,8 +108,10 @@ struct Case {
 };
 // Odd sizes, block ± 1, partial scale tiles in both directions.
 const Case kCases[] = {{1, 1}, {3, 5}, {127, 129}, {130, 257}, {257, 300}, {320, 384}};
-// 1–8 run the FP8 GEMV, 9+ the dequantized tiles (300: two token tiles).
-const int64_t kTokenCounts[] = {1, 3, 5, 8, 9, 17, 64, 300};
+// 1–8 run the FP8 GEMV, 9+ the dequantized tiles (300: two token tiles) or, with AMX, the FP8 AMX
+// GEMM (16: one full token tile; 33: three; 80: a pass of four tiles and one of one; 300: five
+// passes, the last of three).
+const int64_t kTokenCounts[] = {1, 3, 5, 8, 9, 16, 17, 33, 64, 80, 300};
 
 double rel_rms(const std::vector<float>& y, const std::vector<float>& ref) {
   double err2 = 0.0, ref2 = 0.0;
@@ -117,6 +120,8 @@ double rel_rms(const std::vector<float>& y, const std::vector<float>& ref) {
     err2 += diff * diff;
     ref2 += static_cast<double>(ref[e]) * ref[e];
   }
+  // A tiny case ([1, 1] with a ±0 code) can have an all-zero reference: exact is then 0, not 0/0.
+  if (ref2 == 0.0) return err2 == 0.0 ? 0.0 : std::numeric_limits<double>::infinity();
   return std::sqrt(err2 / ref2);
 }
 
@@ -404,6 +409,42 @@ TEST(LinearKernels, Fp8Bf16GemvDecodesEveryCodeExactly) {
   for (int i = 0; i < 256; ++i) {
     const uint8_t code = codes[static_cast<size_t>(i * kIn + i % kIn)];
     EXPECT_EQ(y[static_cast<size_t>(i)], formats::decode_e4m3(code)) << "code " << int{code};
+  }
+}
+
+// The FP8 AMX GEMM against the scalar reference: block widths 64 and 128, odd shapes (a partial
+// last row group, chunk and block), codes that include ±0 and subnormals, arbitrary scales, token
+// counts of one tile to several passes of four, the row groups split over two calls.
+TEST(LinearKernels, Fp8AmxGemmMatchesTheReference) {
+  if (!cpu_features().amx_bf16) GTEST_SKIP() << "no AMX-BF16";
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int64_t block_cols : {64, 128}) {
+    for (const Case& c : kCases) {
+      Fp8Weight fp8 = random_fp8(rng, c.out, c.in, 128, block_cols, false);
+      for (auto& code : fp8.codes)
+        if (rng() % 8 == 0) code = static_cast<uint8_t>(rng() % 8 | (rng() % 2) << 7);
+      for (int64_t num_tokens : {1, 5, 16, 17, 64, 65, 150}) {
+        const std::vector<float> x = random_normal(rng, num_tokens * c.in);
+        AlignedBuffer packed(static_cast<size_t>(detail::fp8_amx_x_words(c.in, num_tokens)) *
+                             sizeof(uint16_t));
+        auto* xb = reinterpret_cast<uint16_t*>(packed.data());
+        const int64_t tiles = (num_tokens + 15) / 16;
+        detail::fp8_amx_pack_x(x.data(), c.in, num_tokens, 0, tiles / 2, xb);
+        detail::fp8_amx_pack_x(x.data(), c.in, num_tokens, tiles / 2, tiles, xb);
+        std::vector<float> y(static_cast<size_t>(num_tokens * c.out)), ref(y.size());
+        const int64_t groups = (c.out + 15) / 16, split = groups / 2;
+        detail::fp8_amx_gemm_groups(fp8.codes.data(), fp8.scales.data(), fp8.shape, xb, num_tokens,
+                                    y.data(), 0, split);
+        detail::fp8_amx_gemm_groups(fp8.codes.data(), fp8.scales.data(), fp8.shape, xb, num_tokens,
+                                    y.data(), split, groups);
+        linear_fp8_block_ref(fp8.codes.data(), fp8.scales.data(), fp8.shape, x.data(), num_tokens,
+                             ref.data());
+        EXPECT_LT(rel_rms(y, ref), kFp32Tolerance)
+            << "[" << c.out << ", " << c.in << "] block " << block_cols << " tokens " << num_tokens;
+      }
+    }
   }
 }
 
