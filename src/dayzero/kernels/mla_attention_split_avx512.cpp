@@ -180,18 +180,42 @@ inline __m512 reduce16(const __m512 (&v)[16]) {
                        _mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// x as hi + mid + lo, BF16 bits each (|x − hi − mid − lo| ≤ 2^-24·|x|).
-struct Bf16Terms {
-  uint16_t hi, mid, lo;
-};
-Bf16Terms split_bf16(float x) {
-  const uint16_t hi = formats::encode_bf16(x);
-  const float rest = x - formats::decode_bf16(hi);
-  const uint16_t mid = formats::encode_bf16(rest);
-  return {hi, mid, formats::encode_bf16(rest - formats::decode_bf16(mid))};
+constexpr int kProbTerms = 3;  // BF16 terms of a probability
+
+// formats::encode_bf16 of 16 values (round to nearest even, subnormals kept, NaN → 0x7FC0).
+inline __m256i encode_bf16_16(__m512 x) {
+  const __m512i bits = _mm512_castps_si512(x);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(
+      _mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, _mm512_set1_epi32(0x7FC0)));
 }
 
-constexpr int kProbTerms = 3;  // BF16 terms of a probability
+inline __m512 decode_bf16_16(__m256i bf16) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16), 16));
+}
+
+// Head h's q in tile column order as three BF16 terms hi + mid + lo (|q − hi − mid − lo| ≤
+// 2^-24·|q|), rows [3][padded_width]; padding
+// columns and heads past the split's are zero.
+void q_term_rows(const MlaSplit& split, const Dims& d, const int32_t* column_channel, int64_t h,
+                 uint16_t* rows) {
+  const int64_t w = d.padded_width;
+  alignas(64) float q[16];
+  for (int64_t c = 0; c < w; c += 16) {
+    for (int64_t e = 0; e < 16; ++e)
+      q[e] = h < split.num_heads && c + e < d.width
+                 ? split.q_cat[h * d.width + column_channel[c + e]]
+                 : 0.0f;
+    __m512 rest = _mm512_load_ps(q);
+    for (int t = 0; t < 3; ++t) {
+      const __m256i term = encode_bf16_16(rest);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(rows + t * w + c), term);
+      rest = _mm512_sub_ps(rest, decode_bf16_16(term));
+    }
+  }
+}
 
 // The kProbTerms BF16 terms of 32 FP32 values (keys 0…15 in a, 16…31 in b), in order.
 inline void split_bf16_32(__m512 a, __m512 b, __m512i (&terms)[kProbTerms]) {
@@ -612,21 +636,19 @@ void mla_split_amx(const MlaSplit& split, std::span<std::byte> scratch) {
   s.lay_out(carve, d, split.num_heads);
   const int64_t w = d.padded_width;
   fill_column_channels(layout, d, s.column_channel);
-  // q as column pairs per head block (tile column order, two BF16 terms); padding zero.
-  const auto q_terms = [&](int64_t h, int64_t column) -> Bf16Terms {
-    if (h >= split.num_heads || column >= d.width) return {0, 0, 0};
-    return split_bf16(split.q_cat[h * d.width + s.column_channel[column]]);
-  };
-  for (int64_t b = 0; b < s.num_blocks; ++b)
-    for (int64_t p = 0; p < w / 2; ++p)
-      for (int64_t h = 0; h < kAmxHeads; ++h) {
-        const Bf16Terms even = q_terms(b * kAmxHeads + h, 2 * p);
-        const Bf16Terms odd = q_terms(b * kAmxHeads + h, 2 * p + 1);
-        const int64_t at = (b * (w / 2) + p) * kAmxHeads + h;
-        s.q_hi[at] = even.hi | static_cast<uint32_t>(odd.hi) << 16;
-        s.q_mid[at] = even.mid | static_cast<uint32_t>(odd.mid) << 16;
-        s.q_lo[at] = even.lo | static_cast<uint32_t>(odd.lo) << 16;
+  // q as column pairs per head block (tile column order, three BF16 terms); padding zero. The
+  // term rows of one head go through the record tile, free until the first gather.
+  uint16_t* const term_rows = s.tile;
+  for (int64_t h = 0; h < s.num_blocks * kAmxHeads; ++h) {
+    q_term_rows(split, d, s.column_channel, h, term_rows);
+    uint32_t* const terms[3] = {s.q_hi, s.q_mid, s.q_lo};
+    for (int t = 0; t < 3; ++t)
+      for (int64_t p = 0; p < w / 2; ++p) {
+        uint32_t pair;
+        std::memcpy(&pair, term_rows + t * w + 2 * p, 4);
+        terms[t][(h / kAmxHeads * (w / 2) + p) * kAmxHeads + h % kAmxHeads] = pair;
       }
+  }
   const int64_t heads = s.num_blocks * kAmxHeads;
   std::fill_n(s.acc, heads * d.padded_latent, 0.0f);
   std::fill_n(s.m, heads, kNegInf);
