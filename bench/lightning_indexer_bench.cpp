@@ -71,10 +71,16 @@ void BM_LightningIndexer(benchmark::State& state) {
   const int64_t num_keys = state.range(0), num_queries = state.range(1);
   const auto variant = static_cast<IndexerVariant>(state.range(2));
   const dz::ExecContext ctx{static_cast<int>(state.range(3))};
+  const dz::kernels::IndexKeyCache shape_only{
+      {.key_dim = kHeadDim, .block_size = kBlockSize}, nullptr, {}};
   if (variant == IndexerVariant::kAvx512 &&
-      !dz::kernels::lightning_indexer_avx512_available(dz::kernels::IndexKeyCache{
-          {.key_dim = kHeadDim, .block_size = kBlockSize}, nullptr, {}})) {
+      !dz::kernels::lightning_indexer_avx512_available(shape_only)) {
     state.SkipWithError("no AVX-512 VBMI");
+    return;
+  }
+  if (variant == IndexerVariant::kAmx &&
+      !dz::kernels::lightning_indexer_amx_available(shape_only)) {
+    state.SkipWithError("no AMX-BF16 granted");
     return;
   }
   const Fixture f(num_keys, num_queries);

@@ -31,9 +31,9 @@ Avx512WorkerLayout avx512_worker_layout(int64_t num_heads, int64_t key_dim, int6
   offset += align64(static_cast<size_t>(kTileQueries) * dim * heads * sizeof(float));
   layout.w_offset = offset;
   offset += align64(static_cast<size_t>(kTileQueries) * heads * sizeof(float));
-  layout.heap_offset = offset;
+  layout.kept_offset = offset;
   offset +=
-      align64(static_cast<size_t>(kTileQueries) * static_cast<size_t>(top_k) * sizeof(ScoredPos));
+      align64(static_cast<size_t>(kTileQueries * kept_buffer_entries(top_k)) * sizeof(ScoredPos));
   layout.worker_bytes = offset;
   return layout;
 }

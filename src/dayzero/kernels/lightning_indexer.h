@@ -7,8 +7,8 @@
 // from the paged, block-planar FP8 index cache (docs/formats.md §5.4) through the block table.
 //
 // Variants: lightning_indexer_ref computes each query's full score row and sorts it (test oracle
-// and fallback); lightning_indexer_avx512 streams key blocks with per-query heaps and bounded
-// memory (no L×L matrix), its dots on FMA or (lightning_indexer_amx) on AMX-BF16 tiles. Their
+// and fallback); lightning_indexer_avx512 streams key blocks, keeps each query's best in a bounded
+// buffer (no L×L matrix), its dots on FMA or (lightning_indexer_amx) on AMX-BF16 tiles. Their
 // summation orders differ, so scores agree within FP32 rounding, not bit for bit (see the test for
 // the bound).
 
@@ -42,7 +42,7 @@ struct IndexerQueries {
 enum class IndexerVariant { kAuto, kRef, kAvx512, kAmx };
 
 // Scratch bytes any variant needs for this call (ref: one score row per thread; avx512: a decoded
-// key chunk, a tile of decoded queries and their heaps per thread).
+// key chunk, a tile of decoded queries and their selection buffers per thread).
 size_t lightning_indexer_workspace_bytes(const ExecContext& ctx, const IndexKeyCache& keys,
                                          const IndexerQueries& queries, int64_t top_k);
 // The same for any call whose queries see at most max_visible_keys keys (a bound the model

@@ -3,7 +3,8 @@
 // and low bytes, which are the FP32 value's top two bytes); a tile of queries, each transposed to
 // [key_dim, heads] in FP32, is scored against the chunk as a small GEMM (heads × keys, FMA,
 // accumulators 64 heads × 6 keys), then ReLU, head weights and the key scale, and each query keeps
-// a bounded heap of its best k_t positions. Memory is O(tile · top_k), never O(L²).
+// its best k_t positions in a buffer compacted by nth_element (TopKBuffer). Memory is O(tile ·
+// top_k), never O(L²).
 //
 // Everything here has internal linkage (see lightning_indexer_detail.h); the helpers with external
 // linkage it calls are compiled without AVX-512 flags.
@@ -255,47 +256,34 @@ void score_chunk_amx(const uint16_t* q_vnni, int64_t padded_heads, const float* 
   }
 }
 
-// A bounded max-heap whose top is the worst kept entry (the one every other ranks before).
-struct TopKHeap {
-  ScoredPos* entries = nullptr;
+// The best `keep` entries of a stream whose positions ascend. Candidates are appended to a buffer
+// of 2·keep + one chunk; when it fills, nth_element keeps the best `keep` and their worst rank
+// becomes the threshold: a later candidate ranked at or below it (an equal score loses the tie on
+// its higher position) cannot enter. A heap paid a sift of log2(keep) NaN-aware comparisons for
+// every entry; this pays a store, and the compactions amortise to a few comparisons per entry.
+struct TopKBuffer {
+  ScoredPos* entries = nullptr;  // [indexer_detail::kept_buffer_entries(keep)]
   int64_t size = 0;
-  int64_t capacity = 0;
+  int64_t keep = 0;
+  bool bounded = false;  // a compaction has happened: `threshold` filters
+  float threshold = 0.0f;
 
-  void sift_up(int64_t i) {
-    const ScoredPos moving = entries[i];
-    while (i > 0) {
-      const int64_t parent = (i - 1) / 2;
-      if (!indexer_detail::ranks_before(entries[parent], moving)) break;
-      entries[i] = entries[parent];
-      i = parent;
-    }
-    entries[i] = moving;
+  void compact() {
+    std::nth_element(entries, entries + keep - 1, entries + size, indexer_detail::ranks_before);
+    size = keep;
+    threshold = indexer_detail::rank_of(entries[keep - 1].score);
+    bounded = true;
   }
-  void sift_down_root() {
-    const ScoredPos moving = entries[0];
-    int64_t i = 0;
-    for (;;) {
-      int64_t child = 2 * i + 1;
-      if (child >= size) break;
-      if (child + 1 < size && indexer_detail::ranks_before(entries[child], entries[child + 1]))
-        ++child;
-      if (!indexer_detail::ranks_before(moving, entries[child])) break;
-      entries[i] = entries[child];
-      i = child;
-    }
-    entries[i] = moving;
+  // Room for one chunk's candidates, compacting first if needed.
+  void reserve_chunk() {
+    if (size + kChunkKeys > indexer_detail::kept_buffer_entries(keep)) compact();
   }
-  void offer(ScoredPos candidate) {
-    if (size < capacity) {
-      entries[size] = candidate;
-      sift_up(size++);
-    } else if (indexer_detail::ranks_before(candidate, entries[0])) {
-      entries[0] = candidate;
-      sift_down_root();
-    }
+  void push(ScoredPos candidate) { entries[size++] = candidate; }
+  // The kept entries (any order) once the stream has ended.
+  int64_t finish() {
+    if (size > keep) compact();
+    return size;
   }
-  bool full() const { return size == capacity; }
-  float worst_score() const { return indexer_detail::rank_of(entries[0].score); }
 };
 
 struct Worker {
@@ -317,31 +305,32 @@ struct Worker {
   }
   uint16_t* q_vnni(int64_t i) const { return reinterpret_cast<uint16_t*>(q_t(i)); }
   float* c_tiles() const { return reinterpret_cast<float*>(base + layout.c_tiles_offset); }
-  ScoredPos* heap_entries(int64_t i) const {
-    return reinterpret_cast<ScoredPos*>(base + layout.heap_offset) + i * top_k;
+  ScoredPos* kept_entries(int64_t i) const {
+    return reinterpret_cast<ScoredPos*>(base + layout.kept_offset) +
+           i * indexer_detail::kept_buffer_entries(top_k);
   }
 
   // Queries [query_begin, query_end) (at most kTileQueries) against the keys of blocks
-  // [block_begin, block_end) of the sequence; heap sizes come back in heap_sizes.
+  // [block_begin, block_end) of the sequence; the numbers kept come back in kept_sizes.
   void run(int64_t query_begin, int64_t query_end, int64_t block_begin, int64_t block_end,
-           int64_t* heap_sizes) const;
+           int64_t* kept_sizes) const;
 };
 
 void Worker::run(int64_t query_begin, int64_t query_end, int64_t block_begin, int64_t block_end,
-                 int64_t* heap_sizes) const {
+                 int64_t* kept_sizes) const {
   const int64_t num_heads = queries.num_heads;
   const int64_t padded_heads = layout.padded_heads;
   const int64_t key_dim = keys.layout.key_dim;
   const int64_t block_size = keys.layout.block_size;
   const int64_t num_tile = query_end - query_begin;
-  std::array<TopKHeap, kTileQueries> heaps;
+  std::array<TopKBuffer, kTileQueries> best;
   std::array<int64_t, kTileQueries> last_visible{};
   int64_t max_last_visible = -1;
   for (int64_t i = 0; i < num_tile; ++i) {
     const int64_t t = query_begin + i;
     last_visible[i] = queries.positions[static_cast<size_t>(t)];
     max_last_visible = std::max(max_last_visible, last_visible[i]);
-    heaps[i] = TopKHeap{heap_entries(i), 0, std::min(top_k, last_visible[i] + 1)};
+    best[i] = TopKBuffer{.entries = kept_entries(i), .keep = std::min(top_k, last_visible[i] + 1)};
     // q_t[d, h] = decode(q[h, d]); padding heads are zero and carry zero weight.
     const uint8_t* codes = queries.q_codes + t * num_heads * key_dim;
     float* w = weights(i);
@@ -423,21 +412,20 @@ void Worker::run(int64_t query_begin, int64_t query_end, int64_t block_begin, in
         _mm512_store_ps(chunk_scores, scored);
         const int64_t num_visible = std::min(kChunkKeys, last_visible[i] - first_pos + 1);
         auto candidates = static_cast<uint32_t>((uint64_t{1} << num_visible) - 1);
-        TopKHeap& heap = heaps[i];
-        // Once the heap is full only scores above its worst can enter (positions ascend, so an
-        // equal score loses the tie); the exact test is offer()'s.
-        if (heap.full())
-          candidates &= _mm512_cmp_ps_mask(scored, _mm512_set1_ps(heap.worst_score()), _CMP_GT_OQ);
+        TopKBuffer& kept = best[i];
+        kept.reserve_chunk();
+        if (kept.bounded)
+          candidates &= _mm512_cmp_ps_mask(scored, _mm512_set1_ps(kept.threshold), _CMP_GT_OQ);
         while (candidates != 0) {
           const int j = std::countr_zero(candidates);
           candidates &= candidates - 1;
-          heap.offer(ScoredPos{chunk_scores[j], static_cast<int32_t>(first_pos + j)});
+          kept.push(ScoredPos{chunk_scores[j], static_cast<int32_t>(first_pos + j)});
         }
       }
     }
   }
   if (amx) detail::release_amx_tiles();
-  for (int64_t i = 0; i < num_tile; ++i) heap_sizes[i] = heaps[i].size;
+  for (int64_t i = 0; i < num_tile; ++i) kept_sizes[i] = best[i].finish();
 }
 
 void run_indexer(const ExecContext& ctx, const IndexKeyCache& keys, const IndexerQueries& queries,
@@ -472,10 +460,10 @@ void run_indexer(const ExecContext& ctx, const IndexKeyCache& keys, const Indexe
         for (int64_t tile = w; tile < num_tiles; tile += num_workers) {
           const int64_t query_begin = tile * kTileQueries;
           const int64_t query_end = std::min(num_queries, query_begin + kTileQueries);
-          std::array<int64_t, kTileQueries> heap_sizes{};
-          worker.run(query_begin, query_end, 0, num_blocks, heap_sizes.data());
+          std::array<int64_t, kTileQueries> kept_sizes{};
+          worker.run(query_begin, query_end, 0, num_blocks, kept_sizes.data());
           for (int64_t t = query_begin; t < query_end; ++t)
-            write_row(t, worker.heap_entries(t - query_begin), heap_sizes[t - query_begin]);
+            write_row(t, worker.kept_entries(t - query_begin), kept_sizes[t - query_begin]);
         }
       }
     });
@@ -483,24 +471,24 @@ void run_indexer(const ExecContext& ctx, const IndexKeyCache& keys, const Indexe
   }
 
   // Decode (one tile, long context): the key blocks are split over the workers, each keeps its own
-  // heaps, and the heaps are merged per query at the end.
+  // best entries, and these are merged per query at the end.
   const int64_t num_workers = std::min(num_threads, indexer_detail::kMaxSplitWorkers);
   auto* merged = reinterpret_cast<ScoredPos*>(workspace.data() + static_cast<size_t>(num_threads) *
                                                                      layout.worker_bytes);
-  std::array<std::array<int64_t, kTileQueries>, indexer_detail::kMaxSplitWorkers> heap_sizes{};
+  std::array<std::array<int64_t, kTileQueries>, indexer_detail::kMaxSplitWorkers> kept_sizes{};
   parallel_for(ctx, num_workers, 1, [&](int64_t worker_begin, int64_t worker_end) {
     for (int64_t w = worker_begin; w < worker_end; ++w) {
       worker_at(w).run(0, num_queries, num_blocks * w / num_workers,
-                       num_blocks * (w + 1) / num_workers, heap_sizes[w].data());
+                       num_blocks * (w + 1) / num_workers, kept_sizes[w].data());
     }
   });
   for (int64_t t = 0; t < num_queries; ++t) {
     int64_t num_merged = 0;
     for (int64_t w = 0; w < num_workers; ++w) {
-      const ScoredPos* entries = worker_at(w).heap_entries(t);
+      const ScoredPos* entries = worker_at(w).kept_entries(t);
       std::memcpy(merged + num_merged, entries,
-                  static_cast<size_t>(heap_sizes[w][t]) * sizeof(ScoredPos));
-      num_merged += heap_sizes[w][t];
+                  static_cast<size_t>(kept_sizes[w][t]) * sizeof(ScoredPos));
+      num_merged += kept_sizes[w][t];
     }
     const int64_t num_chosen =
         std::min(top_k, int64_t{queries.positions[static_cast<size_t>(t)]} + 1);

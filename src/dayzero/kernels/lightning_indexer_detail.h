@@ -33,10 +33,16 @@ inline constexpr int64_t kTileQueries = 8;
 // Keys decoded at once (a multiple of 16; divides every valid block_size).
 inline constexpr int64_t kChunkKeys = 16;
 
+// Entries of one query's selection buffer in the AVX-512 variant: the kept top_k, as many
+// candidates again between compactions, and one chunk's worth of headroom.
+inline constexpr int64_t kept_buffer_entries(int64_t top_k) {
+  return 2 * top_k + kChunkKeys;
+}
+
 // BF16 elements of d per AMX tile step.
 inline constexpr int64_t kAmxTileDepth = 32;
 
-// Workers that split one tile's keys (decode); their heaps are merged in a region after the
+// Workers that split one tile's keys (decode); their best entries are merged in a region after the
 // worker slices.
 inline constexpr int64_t kMaxSplitWorkers = 64;
 
@@ -48,7 +54,7 @@ struct Avx512WorkerLayout {
   size_t q_offset = 0;     // [kTileQueries, key_dim, padded_heads] FP32, transposed queries (AMX:
                            // BF16 VNNI tiles in the first half of each query's slot)
   size_t w_offset = 0;     // [kTileQueries, padded_heads] FP32
-  size_t heap_offset = 0;  // [kTileQueries, top_k] ScoredPos
+  size_t kept_offset = 0;  // [kTileQueries, kept_buffer_entries(top_k)] ScoredPos
   size_t worker_bytes = 0;
 };
 

@@ -250,6 +250,7 @@ std::vector<Case> cases() {
       {64, 16, 40, 1000, {999}, 3},                      // decode: keys split over workers
       {8, 64, 64, 64 * 9 + 5, {64 * 9 + 4, 200, 3}, 2},  // rows out of order, dense rows
       {16, 16, 1, 40, range_positions(0, 40), 2},        // top-1
+      {32, 32, 6, 3000, {2999, 1234, 7}, 2},             // many compactions of the kept buffer
   };
 }
 
