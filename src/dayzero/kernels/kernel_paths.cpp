@@ -62,7 +62,7 @@ const std::vector<Operator>& operators() {
         kPortable}},
       {"FP8 block linear, >= 9 tokens",
        {{"AMX-BF16 GEMM, decoded codes as A tiles", kAmxVbmi},
-        {"BF16 tiles by byte tables + oneDNN", kAvx512VbmiBf16},
+        {"VDPBF16PS GEMM, tokens in the lanes", kAvx512VbmiBf16},
         {"dequantized tiles + oneDNN", kAvx512},
         kPortable}},
       {"MXFP4 linear",

@@ -77,7 +77,7 @@ TEST(KernelPaths, AvxWithoutAmxNamesAmxAsWhatIsMissing) {
   EXPECT_EQ(path_of(paths, "BF16 linear, <= 64 tokens").path, "oneDNN BF16 matmul");
   EXPECT_EQ(path_of(paths, "MXFP4 linear").path, "GEMV / BF16 tiles + oneDNN");
   EXPECT_EQ(path_of(paths, "FP8 block linear, >= 9 tokens").path,
-            "BF16 tiles by byte tables + oneDNN");
+            "VDPBF16PS GEMM, tokens in the lanes");
   EXPECT_EQ(path_of(paths, "MXFP4 linear").missing, "amx_bf16");
   const std::string report = kernel_path_report(zen, CpuIsa::kAmx);
   EXPECT_NE(report.find("amx_bf16 no"), std::string::npos) << report;

@@ -96,7 +96,7 @@ __attribute__((target("amx-tile,amx-bf16"))) void group_batch(
     const uint8_t* prefetch, int64_t prefetch_per_block) {
   const int64_t num_blocks = shape.num_scale_cols();
   const int64_t chunks_per_block = 2 * ((shape.block_cols + 63) / 64);
-  const int64_t num_chunks = fp8_amx_x_chunks(shape.num_cols);
+  const int64_t num_chunks = fp8_x_tile_chunks(shape.num_cols);
   const int64_t b_tile_stride = num_chunks * kTileWords;
   auto* decoded = reinterpret_cast<uint16_t*>(buffers.decoded.data());
   const int64_t half_words = chunks_per_block * kTileWords;
@@ -155,29 +155,6 @@ __attribute__((target("amx-tile,amx-bf16"))) void group_batch(
 }
 
 }  // namespace
-
-void fp8_amx_pack_x(const float* x, int64_t in, int64_t num_tokens, int64_t tile_begin,
-                    int64_t tile_end, uint16_t* out) {
-  const int64_t x_elems = fp8_gemv_x_elems(in), num_chunks = fp8_amx_x_chunks(in);
-  thread_local AlignedBuffer token_rows;
-  auto* rows = reinterpret_cast<uint16_t*>(
-      ensure(token_rows, static_cast<size_t>(16 * x_elems) * sizeof(uint16_t)));
-  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
-    // Each token in the GEMV's order (word 8L + k of half h of each 64 is element 16L + 8h + k,
-    // the decoder's order), then per chunk of 32 words the 16 × 16 dwords transposed: row r of a
-    // B tile holds pair r of every token.
-    for (int64_t n = 0; n < 16; ++n) {
-      const int64_t token = 16 * tile + n;
-      if (token < num_tokens)
-        fp8_pack_x_avx512(x + token * in, in, rows + n * x_elems);
-      else
-        std::fill_n(rows + n * x_elems, x_elems, uint16_t{0});
-    }
-    for (int64_t c = 0; c < num_chunks; ++c)
-      transpose16(reinterpret_cast<const float*>(rows + 32 * c), x_elems / 2,
-                  reinterpret_cast<float*>(out + (tile * num_chunks + c) * kTileWords), 16);
-  }
-}
 
 void fp8_amx_gemm_groups(const uint8_t* codes, const float* scale_inv,
                          const formats::Fp8BlockShape& shape, const uint16_t* xb,

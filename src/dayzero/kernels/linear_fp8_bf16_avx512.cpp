@@ -6,6 +6,10 @@
 // the 128-column block scale multiplies each block's FP32 partial sum. About 5 shuffle/logic
 // instructions per 64 codes, against ≈ 24 for the E4M3 → FP16 → FP32 path of
 // linear_fp8_avx512.cpp, which stays for block widths that are not multiples of 64.
+// The same decode feeds the GEMM of CPUs without AMX (fp8_bf16_gemm_groups, >= 9 tokens): 16 rows
+// decoded once per column block into L1, the 16 tokens of a tile in the vector lanes, each
+// decoded weight pair broadcast into one VDPBF16PS per row: no horizontal sums, and every decoded
+// weight serves all the call's tokens.
 #if defined(__GNUC__) && !defined(__clang__)  // GCC 12 AVX-512 headers: false positives
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -13,13 +17,13 @@
 
 #include <immintrin.h>
 
-#include <cstring>
+#include <algorithm>
 
-#include "dayzero/formats/codecs.h"
-#include "dayzero/formats/decode_tables.h"
-
+#include "dayzero/core/aligned_buffer.h"
 #include "dayzero/kernels/e4m3_bf16_avx512.h"
+#include "dayzero/kernels/linear_common.h"
 #include "dayzero/kernels/linear_kernels.h"
+#include "dayzero/kernels/transpose_avx512.h"
 
 namespace dz::kernels::detail {
 namespace {
@@ -99,64 +103,84 @@ void gemv_rows(const uint8_t* codes, const float* scale_inv, const formats::Fp8B
   }
 }
 
-}  // namespace
+constexpr int64_t kXTileWords = 512;  // one chunk of a token tile: 16 pairs × 16 tokens × 2 words
+constexpr int64_t kGemmRows = 16;     // output rows per group: one accumulator each
 
-void fp8_dequantize_rows_bf16_vbmi(const uint8_t* codes, const float* scale_inv,
-                                   const formats::Fp8BlockShape& shape, int64_t row_begin,
-                                   int64_t row_end, uint16_t* out) {
+// One row group of the VDPBF16PS GEMM over every column block. Per block, the group's 16 rows are
+// decoded once into `decoded` (row m, chunk c of 32 words at m · block_words + 32c: the decoder's
+// a and b halves); then for each token tile the 16 accumulators (lanes: tokens) take one
+// VDPBF16PS per row and pair, the pair broadcast from the decoded row, and the block's sums are
+// scaled per row into `totals` [tile][row][token].
+void gemm_group(const uint8_t* codes, const float* scale_inv, const formats::Fp8BlockShape& shape,
+                const uint16_t* xb, int64_t num_tokens, float* y, int64_t row0, uint16_t* decoded,
+                float* totals) {
   const E4m3Bf16Decoder decoder;
-  const int64_t in = shape.num_cols, num_scale_cols = shape.num_scale_cols();
-  // Qwords of (a, b) in element order: a holds elements 16L … 16L + 7, b 16L + 8 … 16L + 15.
-  const __m512i first_idx = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
-  const __m512i second_idx = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
-  const __m512i magnitude = _mm512_set1_epi16(0x7FFF);
-  for (int64_t i = row_begin; i < row_end; ++i) {
-    const uint8_t* w = codes + i * in;
-    const float* scale_row = scale_inv + (i / shape.block_rows) * num_scale_cols;
-    uint16_t* o = out + (i - row_begin) * in;
-    for (int64_t kb = 0; kb < num_scale_cols; ++kb) {
-      const int64_t col_begin = kb * shape.block_cols;
-      const int64_t col_end = col_begin + shape.block_cols < in ? col_begin + shape.block_cols : in;
-      uint32_t scale_bits = 0;
-      std::memcpy(&scale_bits, &scale_row[kb], sizeof(scale_bits));
-      const int exponent = static_cast<int>(scale_bits >> 23);
-      if ((scale_bits & 0x807FFFFF) != 0 || exponent == 0) {
-        // Zero or negative scales (the caller guarantees powers of two): per element, exact.
-        for (int64_t j = col_begin; j < col_end; ++j)
-          o[j] = formats::encode_bf16(formats::decode_e4m3(w[j]) * scale_row[kb]);
-        continue;
-      }
-      // × 2^(exponent − 127) adds to the BF16 exponent field of every nonzero value; with
-      // |exponent − 127| <= 100 (the caller's check) the result stays a normal BF16: exact.
-      const __m512i shift = _mm512_set1_epi16(static_cast<int16_t>((exponent - 127) * 128));
-      for (int64_t j = col_begin; j < col_end; j += 64) {
-        const int64_t n = col_end - j;
-        _mm_prefetch(reinterpret_cast<const char*>(w + j + kPrefetchL1Bytes), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(w + j + kPrefetchL2Bytes), _MM_HINT_T1);
-        const __m512i c = n >= 64 ? _mm512_loadu_si512(w + j)
-                                  : _mm512_maskz_loadu_epi8((~uint64_t{0}) >> (64 - n), w + j);
+  const int64_t in = shape.num_cols, out = shape.num_rows;
+  const int64_t num_blocks = shape.num_scale_cols(), block_cols = shape.block_cols;
+  const int64_t num_chunks = fp8_x_tile_chunks(in), block_chunks = block_cols / 32;
+  const int64_t block_words = block_chunks * 32;
+  const int64_t num_tiles = (num_tokens + 15) / 16;
+  const int64_t rows = std::min(kGemmRows, out - row0);
+  const uint8_t* row_codes[kGemmRows];
+  const float* scale_rows[kGemmRows];
+  for (int64_t m = 0; m < kGemmRows; ++m) {
+    const int64_t i = row0 + std::min(m, rows - 1);  // rows past the matrix repeat the last one
+    row_codes[m] = codes + i * in;
+    scale_rows[m] = scale_inv + i / shape.block_rows * num_blocks;
+  }
+  for (int64_t e = 0; e < num_tiles * kGemmRows * 16; e += 16)
+    _mm512_store_ps(totals + e, _mm512_setzero_ps());
+  for (int64_t kb = 0; kb < num_blocks; ++kb) {
+    const int64_t col_begin = kb * block_cols;
+    const int64_t chunks = std::min(block_chunks, num_chunks - kb * block_chunks);  // even
+    for (int64_t m = 0; m < kGemmRows; ++m) {
+      const uint8_t* w = row_codes[m] + col_begin;
+      for (int64_t line = 0; line < block_cols; line += 64)  // the next block of this row
+        _mm_prefetch(reinterpret_cast<const char*>(w + block_cols + line), _MM_HINT_T0);
+      for (int64_t p = 0; 2 * p < chunks; ++p) {
+        const int64_t n = in - (col_begin + 64 * p);
+        const __m512i c = n >= 64 ? _mm512_loadu_si512(w + 64 * p)
+                                  : _mm512_maskz_loadu_epi8((~uint64_t{0}) >> (64 - n), w + 64 * p);
         __m512i a, b;
         decoder.decode(c, a, b);
-        __m512i first = _mm512_permutex2var_epi64(a, first_idx, b);
-        __m512i second = _mm512_permutex2var_epi64(a, second_idx, b);
-        first =
-            _mm512_mask_add_epi16(first, _mm512_test_epi16_mask(first, magnitude), first, shift);
-        second =
-            _mm512_mask_add_epi16(second, _mm512_test_epi16_mask(second, magnitude), second, shift);
-        if (n >= 64) {
-          _mm512_storeu_si512(o + j, first);
-          _mm512_storeu_si512(o + j + 32, second);
-        } else {
-          const auto mask_first = n >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1);
-          const auto mask_second =
-              n > 32 ? static_cast<__mmask32>((uint64_t{1} << (n - 32)) - 1) : __mmask32{0};
-          _mm512_mask_storeu_epi16(o + j, mask_first, first);
-          _mm512_mask_storeu_epi16(o + j + 32, mask_second, second);
-        }
+        _mm512_store_si512(decoded + m * block_words + 64 * p, a);
+        _mm512_store_si512(decoded + m * block_words + 64 * p + 32, b);
       }
     }
+    const auto* pairs = reinterpret_cast<const int32_t*>(decoded);
+    const int64_t row_pairs = block_words / 2;
+    for (int64_t tile = 0; tile < num_tiles; ++tile) {
+      const uint16_t* x = xb + (tile * num_chunks + kb * block_chunks) * kXTileWords;
+      __m512 acc[kGemmRows];
+#pragma GCC unroll 16
+      for (int m = 0; m < kGemmRows; ++m) acc[m] = _mm512_setzero_ps();
+      for (int64_t q = 0; q < chunks * 16; ++q) {
+        const __m512i xq = _mm512_load_si512(x + 32 * q);
+#pragma GCC unroll 16
+        for (int m = 0; m < kGemmRows; ++m)
+          acc[m] = _mm512_dpbf16_ps(acc[m], as_bh(_mm512_set1_epi32(pairs[m * row_pairs + q])),
+                                    as_bh(xq));
+      }
+      float* t = totals + tile * kGemmRows * 16;
+#pragma GCC unroll 16
+      for (int m = 0; m < kGemmRows; ++m)
+        _mm512_store_ps(t + 16 * m, _mm512_fmadd_ps(acc[m], _mm512_set1_ps(scale_rows[m][kb]),
+                                                    _mm512_load_ps(t + 16 * m)));
+    }
+  }
+  // totals[tile] is [row][token]: transposed into y [token][row].
+  const auto valid = static_cast<__mmask16>((1u << rows) - 1);
+  alignas(64) float by_token[256];
+  for (int64_t tile = 0; tile < num_tiles; ++tile) {
+    transpose16(totals + tile * kGemmRows * 16, 16, by_token, 16);
+    const int64_t tokens = std::min<int64_t>(16, num_tokens - 16 * tile);
+    for (int64_t n = 0; n < tokens; ++n)
+      _mm512_mask_storeu_ps(y + (16 * tile + n) * out + row0, valid,
+                            _mm512_load_ps(by_token + 16 * n));
   }
 }
+
+}  // namespace
 
 void fp8_pack_x_avx512(const float* x, int64_t in, uint16_t* out) {
   // Word 8L + k of half h of each 64 is element 16L + 8h + k (the unpack order above).
@@ -170,6 +194,42 @@ void fp8_pack_x_avx512(const float* x, int64_t in, uint16_t* out) {
       for (int lane = 0; lane < 4; ++lane)
         for (int k = 0; k < 8; ++k) out[g + 32 * h + 8 * lane + k] = words[16 * lane + 8 * h + k];
   }
+}
+
+void fp8_pack_x_tiles(const float* x, int64_t in, int64_t num_tokens, int64_t tile_begin,
+                      int64_t tile_end, uint16_t* out) {
+  const int64_t x_elems = fp8_gemv_x_elems(in), num_chunks = fp8_x_tile_chunks(in);
+  thread_local AlignedBuffer token_rows;
+  auto* rows = reinterpret_cast<uint16_t*>(
+      ensure(token_rows, static_cast<size_t>(16 * x_elems) * sizeof(uint16_t)));
+  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
+    // Each token in the GEMV's order (word 8L + k of half h of each 64 is element 16L + 8h + k,
+    // the decoder's order), then per chunk of 32 words the 16 × 16 dwords transposed: row r of a
+    // B tile holds pair r of every token.
+    for (int64_t n = 0; n < 16; ++n) {
+      const int64_t token = 16 * tile + n;
+      if (token < num_tokens)
+        fp8_pack_x_avx512(x + token * in, in, rows + n * x_elems);
+      else
+        std::fill_n(rows + n * x_elems, x_elems, uint16_t{0});
+    }
+    for (int64_t c = 0; c < num_chunks; ++c)
+      transpose16(reinterpret_cast<const float*>(rows + 32 * c), x_elems / 2,
+                  reinterpret_cast<float*>(out + (tile * num_chunks + c) * kXTileWords), 16);
+  }
+}
+
+void fp8_bf16_gemm_groups(const uint8_t* codes, const float* scale_inv,
+                          const formats::Fp8BlockShape& shape, const uint16_t* xb,
+                          int64_t num_tokens, float* y, int64_t group_begin, int64_t group_end) {
+  thread_local AlignedBuffer decoded, totals;
+  auto* decoded_rows = reinterpret_cast<uint16_t*>(
+      ensure(decoded, static_cast<size_t>(kGemmRows * shape.block_cols) * sizeof(uint16_t)));
+  auto* total_tiles = reinterpret_cast<float*>(
+      ensure(totals, static_cast<size_t>((num_tokens + 15) / 16 * kGemmRows * 16) * sizeof(float)));
+  for (int64_t group = group_begin; group < group_end; ++group)
+    gemm_group(codes, scale_inv, shape, xb, num_tokens, y, group * kGemmRows, decoded_rows,
+               total_tiles);
 }
 
 void fp8_gemv_bf16_rows_avx512(const uint8_t* codes, const float* scale_inv,

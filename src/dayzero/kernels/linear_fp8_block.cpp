@@ -116,8 +116,8 @@ void Fp8BlockLinear::forward(const ExecContext& ctx, const float* x, int64_t num
     linear_fp8_block_ref(code_data(), scale_data(), block_, x, num_tokens, y);
   else if (num_tokens < kFp8GemmMinTokens)
     forward_gemv(ctx, x, num_tokens, y);
-  else if (amx_)
-    forward_amx(ctx, x, num_tokens, y);
+  else if (kernels_ == Kernels::kVbmiBf16)
+    forward_token_tiles(ctx, x, num_tokens, y);
   else
     forward_tiles(ctx, x, num_tokens, y);
 }
@@ -161,21 +161,22 @@ void Fp8BlockLinear::forward_gemv(const ExecContext& ctx, const float* x, int64_
   });
 }
 
-void Fp8BlockLinear::forward_amx(const ExecContext& ctx, const float* x, int64_t num_tokens,
-                                 float* y) const {
+void Fp8BlockLinear::forward_token_tiles(const ExecContext& ctx, const float* x, int64_t num_tokens,
+                                         float* y) const {
   const int64_t in_features = block_.num_cols;
   auto* xb = reinterpret_cast<uint16_t*>(detail::ensure(
       detail::activation_scratch().bf16,
-      static_cast<size_t>(detail::fp8_amx_x_words(in_features, num_tokens)) * sizeof(uint16_t)));
+      static_cast<size_t>(detail::fp8_x_tile_words(in_features, num_tokens)) * sizeof(uint16_t)));
   const int64_t token_tiles = (num_tokens + 15) / 16;
   parallel_for(ctx, token_tiles, 1, [&](int64_t begin, int64_t end) {
-    detail::fp8_amx_pack_x(x, in_features, num_tokens, begin, end, xb);
+    detail::fp8_pack_x_tiles(x, in_features, num_tokens, begin, end, xb);
   });
   const int64_t groups = (block_.num_rows + 15) / 16;
   const int64_t threads = std::max(ctx.num_threads, 1);
   // One contiguous range of row groups per thread: one sequential DRAM stream each.
   parallel_for(ctx, groups, (groups + threads - 1) / threads, [&](int64_t begin, int64_t end) {
-    detail::fp8_amx_gemm_groups(code_data(), scale_data(), block_, xb, num_tokens, y, begin, end);
+    (amx_ ? detail::fp8_amx_gemm_groups : detail::fp8_bf16_gemm_groups)(
+        code_data(), scale_data(), block_, xb, num_tokens, y, begin, end);
   });
 }
 
@@ -215,9 +216,6 @@ void Fp8BlockLinear::forward_tiles(const ExecContext& ctx, const float* x, int64
       if (f32)
         detail::fp8_dequantize_rows_f32_avx512(code_data(), scale_data(), block_, row_begin,
                                                row_begin + rows, reinterpret_cast<float*>(tile));
-      else if (kernels_ == Kernels::kVbmiBf16)
-        detail::fp8_dequantize_rows_bf16_vbmi(code_data(), scale_data(), block_, row_begin,
-                                              row_begin + rows, reinterpret_cast<uint16_t*>(tile));
       else
         detail::fp8_dequantize_rows_bf16_avx512(code_data(), scale_data(), block_, row_begin,
                                                 row_begin + rows,

@@ -49,31 +49,34 @@ void fp8_gemv_bf16_rows_avx512(const uint8_t* codes, const float* scale_inv,
                                const formats::Fp8BlockShape& shape, const uint16_t* x,
                                int64_t num_tokens, float* y, int64_t row_begin, int64_t row_end);
 
-// The AMX GEMM (linear_fp8_amx_avx512.cpp; AMX-BF16 + VBMI, fp8_bf16_gemv_takes(shape)), any
-// finite block scales: the same sums as fp8_gemv_bf16_rows_avx512 (exact BF16 products, FP32 sum
-// per column block times its scale), the decoded weights as the A operand. The activations are
-// packed as B tiles: per tile of 16 tokens, fp8_amx_x_chunks(in) tiles of 512 words, tile c row r
-// holding for each token n the pair of words 2r, 2r + 1 of chunk c of that token's
-// fp8_pack_x_avx512 layout (tokens past num_tokens zero).
-inline int64_t fp8_amx_x_chunks(int64_t in) {
+// Activations for the FP8 GEMMs (fp8_pack_x_tiles, linear_fp8_bf16_avx512.cpp): per tile of 16
+// tokens, fp8_x_tile_chunks(in) chunks of 512 words, row r of chunk c holding for each token n
+// the pair of words 2r, 2r + 1 of chunk c (32 words) of that token's fp8_pack_x_avx512 layout
+// (tokens past num_tokens zero). It is an AMX B tile per chunk, and for VDPBF16PS one vector of
+// the 16 tokens' pairs per row.
+inline int64_t fp8_x_tile_chunks(int64_t in) {
   return fp8_gemv_x_elems(in) / 32;
 }
-inline int64_t fp8_amx_x_words(int64_t in, int64_t num_tokens) {
-  return (num_tokens + 15) / 16 * fp8_amx_x_chunks(in) * 512;
+inline int64_t fp8_x_tile_words(int64_t in, int64_t num_tokens) {
+  return (num_tokens + 15) / 16 * fp8_x_tile_chunks(in) * 512;
 }
-// Token tiles [tile_begin, tile_end) of x [num_tokens, in] into `out` (fp8_amx_x_words in all).
-void fp8_amx_pack_x(const float* x, int64_t in, int64_t num_tokens, int64_t tile_begin,
-                    int64_t tile_end, uint16_t* out);
-// y [num_tokens, out] for the output rows of groups [group_begin, group_end) of 16 rows.
+// Token tiles [tile_begin, tile_end) of x [num_tokens, in] into `out` (fp8_x_tile_words in all).
+void fp8_pack_x_tiles(const float* x, int64_t in, int64_t num_tokens, int64_t tile_begin,
+                      int64_t tile_end, uint16_t* out);
+
+// The FP8 GEMMs, any finite block scales, fp8_bf16_gemv_takes(shape): the same sums as
+// fp8_gemv_bf16_rows_avx512 (exact BF16 products, FP32 sum per column block times its scale),
+// activations xb packed by fp8_pack_x_tiles; y [num_tokens, out] for the output rows of groups
+// [group_begin, group_end) of 16 rows. On AMX tiles (linear_fp8_amx_avx512.cpp, AMX-BF16 + VBMI;
+// the decoded weights as the A operand), or on VDPBF16PS (linear_fp8_bf16_avx512.cpp, VBMI + BF16:
+// CPUs without AMX; the 16 tokens of a tile are the vector lanes, each decoded weight pair is
+// broadcast).
 void fp8_amx_gemm_groups(const uint8_t* codes, const float* scale_inv,
                          const formats::Fp8BlockShape& shape, const uint16_t* xb,
                          int64_t num_tokens, float* y, int64_t group_begin, int64_t group_end);
-
-// fp8_dequantize_rows_bf16_avx512 by the BF16 variant's byte tables (VBMI), for the same callers
-// (every scale a power of two within 2^±100); needs block_cols % 64 == 0. Equal value for value.
-void fp8_dequantize_rows_bf16_vbmi(const uint8_t* codes, const float* scale_inv,
-                                   const formats::Fp8BlockShape& shape, int64_t row_begin,
-                                   int64_t row_end, uint16_t* out);
+void fp8_bf16_gemm_groups(const uint8_t* codes, const float* scale_inv,
+                          const formats::Fp8BlockShape& shape, const uint16_t* xb,
+                          int64_t num_tokens, float* y, int64_t group_begin, int64_t group_end);
 
 // Rows [row_begin, row_end) of W, dequantized into out [row_end − row_begin, in] row-major, as
 // BF16 codes (only exact when every scale of those rows is a power of two: the caller checks) or

@@ -412,11 +412,12 @@ TEST(LinearKernels, Fp8Bf16GemvDecodesEveryCodeExactly) {
   }
 }
 
-// The FP8 AMX GEMM against the scalar reference: block widths 64 and 128, odd shapes (a partial
-// last row group, chunk and block), codes that include ±0 and subnormals, arbitrary scales, token
-// counts of one tile to several passes of four, the row groups split over two calls.
-TEST(LinearKernels, Fp8AmxGemmMatchesTheReference) {
-  if (!cpu_features().amx_bf16) GTEST_SKIP() << "no AMX-BF16";
+// An FP8 GEMM (AMX or VDPBF16PS) against the scalar reference: block widths 64 and 128, odd shapes
+// (a partial last row group, chunk and block), codes that include ±0 and subnormals, arbitrary
+// scales, token counts of one tile to several passes of four, the row groups split over two calls.
+using Fp8GemmGroups = void (*)(const uint8_t*, const float*, const formats::Fp8BlockShape&,
+                               const uint16_t*, int64_t, float*, int64_t, int64_t);
+void expect_fp8_gemm_matches_reference(Fp8GemmGroups gemm_groups) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
@@ -427,18 +428,18 @@ TEST(LinearKernels, Fp8AmxGemmMatchesTheReference) {
         if (rng() % 8 == 0) code = static_cast<uint8_t>(rng() % 8 | (rng() % 2) << 7);
       for (int64_t num_tokens : {1, 5, 16, 17, 64, 65, 150}) {
         const std::vector<float> x = random_normal(rng, num_tokens * c.in);
-        AlignedBuffer packed(static_cast<size_t>(detail::fp8_amx_x_words(c.in, num_tokens)) *
+        AlignedBuffer packed(static_cast<size_t>(detail::fp8_x_tile_words(c.in, num_tokens)) *
                              sizeof(uint16_t));
         auto* xb = reinterpret_cast<uint16_t*>(packed.data());
         const int64_t tiles = (num_tokens + 15) / 16;
-        detail::fp8_amx_pack_x(x.data(), c.in, num_tokens, 0, tiles / 2, xb);
-        detail::fp8_amx_pack_x(x.data(), c.in, num_tokens, tiles / 2, tiles, xb);
+        detail::fp8_pack_x_tiles(x.data(), c.in, num_tokens, 0, tiles / 2, xb);
+        detail::fp8_pack_x_tiles(x.data(), c.in, num_tokens, tiles / 2, tiles, xb);
         std::vector<float> y(static_cast<size_t>(num_tokens * c.out)), ref(y.size());
         const int64_t groups = (c.out + 15) / 16, split = groups / 2;
-        detail::fp8_amx_gemm_groups(fp8.codes.data(), fp8.scales.data(), fp8.shape, xb, num_tokens,
-                                    y.data(), 0, split);
-        detail::fp8_amx_gemm_groups(fp8.codes.data(), fp8.scales.data(), fp8.shape, xb, num_tokens,
-                                    y.data(), split, groups);
+        gemm_groups(fp8.codes.data(), fp8.scales.data(), fp8.shape, xb, num_tokens, y.data(), 0,
+                    split);
+        gemm_groups(fp8.codes.data(), fp8.scales.data(), fp8.shape, xb, num_tokens, y.data(), split,
+                    groups);
         linear_fp8_block_ref(fp8.codes.data(), fp8.scales.data(), fp8.shape, x.data(), num_tokens,
                              ref.data());
         EXPECT_LT(rel_rms(y, ref), kFp32Tolerance)
@@ -446,6 +447,17 @@ TEST(LinearKernels, Fp8AmxGemmMatchesTheReference) {
       }
     }
   }
+}
+
+TEST(LinearKernels, Fp8AmxGemmMatchesTheReference) {
+  if (!cpu_features().amx_bf16) GTEST_SKIP() << "no AMX-BF16";
+  expect_fp8_gemm_matches_reference(detail::fp8_amx_gemm_groups);
+}
+
+TEST(LinearKernels, Fp8Bf16GemmMatchesTheReference) {
+  if (!cpu_features().avx512_vbmi || !cpu_features().avx512_bf16)
+    GTEST_SKIP() << "no AVX512_VBMI/BF16";
+  expect_fp8_gemm_matches_reference(detail::fp8_bf16_gemm_groups);
 }
 
 TEST(LinearKernels, DequantizedTilesAreExact) {
@@ -471,32 +483,6 @@ TEST(LinearKernels, DequantizedTilesAreExact) {
                                             end, bf16.data());
     for (size_t e = 0; e < bf16.size(); ++e)
       ASSERT_EQ(formats::decode_bf16(bf16[e]), expected[begin * 200 + e]) << e;
-  }
-}
-
-// The byte-table tile decoder against the formats reference, bit for bit: block widths 64 and 128,
-// a partial last block and chunk (in 200), every finite code, power-of-two scales including a zero
-// and a negative one (those blocks take the scalar path).
-TEST(LinearKernels, Fp8Bf16TilesAreExact) {
-  if (!cpu_features().avx512_vbmi) GTEST_SKIP() << "no AVX512_VBMI";
-  const unsigned seed = std::random_device{}();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  std::mt19937 rng(seed);
-  for (int64_t block_cols : {64, 128}) {
-    Fp8Weight fp8 = random_fp8(rng, 150, 200, 64, block_cols, true);
-    for (auto& c : fp8.codes)
-      if (rng() % 4 == 0) c = static_cast<uint8_t>(rng() % 8 | (rng() % 2) << 7);
-    fp8.scales[1] = 0.0f;
-    fp8.scales[2] = -0.25f;
-    std::vector<float> expected(fp8.codes.size());
-    formats::dequantize_fp8_block(fp8.codes, fp8.scales, fp8.shape, expected);
-    const int64_t begin = 37, end = 150;
-    std::vector<uint16_t> bf16(static_cast<size_t>((end - begin) * 200), 0xFFFF);
-    detail::fp8_dequantize_rows_bf16_vbmi(fp8.codes.data(), fp8.scales.data(), fp8.shape, begin,
-                                          end, bf16.data());
-    for (size_t e = 0; e < bf16.size(); ++e)
-      ASSERT_EQ(formats::decode_bf16(bf16[e]), expected[begin * 200 + e])
-          << "block " << block_cols << " element " << e;
   }
 }
 
