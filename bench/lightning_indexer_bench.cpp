@@ -6,7 +6,7 @@
 // GFLOP/s as a fraction of the FP32 GEMM limit (docs/performance.md target: ≥ 60 % for L ≥ 64K) and
 // GB/s as a fraction of the DRAM limit, both measured in the same run (machine_limits.h). The
 // 17 MiB cache at 128K fits in the L3: the kernel is compute-bound (≈ 124 FLOP per byte).
-// Variants (args): 1 reference, 2 AVX-512 FMA, 3 AVX-512 + AMX-BF16 tiles.
+// Variants (args): 1 reference, 2 AVX-512 FMA, 3 AVX-512 + AMX-BF16 tiles, 4 AVX-512 VDPBF16PS.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -78,6 +78,11 @@ void BM_LightningIndexer(benchmark::State& state) {
     state.SkipWithError("no AVX-512 VBMI");
     return;
   }
+  if (variant == IndexerVariant::kAvx512Bf16 &&
+      !dz::kernels::lightning_indexer_avx512_bf16_available(shape_only)) {
+    state.SkipWithError("no AVX512-BF16");
+    return;
+  }
   if (variant == IndexerVariant::kAmx &&
       !dz::kernels::lightning_indexer_amx_available(shape_only)) {
     state.SkipWithError("no AMX-BF16 granted");
@@ -117,8 +122,9 @@ void args(benchmark::internal::Benchmark* b) {
   const int64_t threads = dz::default_num_threads();
   const auto avx = static_cast<int64_t>(IndexerVariant::kAvx512);
   const auto amx = static_cast<int64_t>(IndexerVariant::kAmx);
+  const auto bf16 = static_cast<int64_t>(IndexerVariant::kAvx512Bf16);
   const auto ref = static_cast<int64_t>(IndexerVariant::kRef);
-  for (int64_t variant : {amx, avx}) {
+  for (int64_t variant : {amx, bf16, avx}) {
     for (int64_t keys : {4096, 32768, 131072}) {
       b->Args({keys, 1, variant, 1});
       if (threads > 1) b->Args({keys, 1, variant, threads});

@@ -44,6 +44,8 @@ TEST(KernelPaths, FollowTheDispatchersOnThisProcess) {
       .layout = {.key_dim = 128, .block_size = 64}, .pool = nullptr, .block_table = {}};
   const KernelPath& indexer = path_of(paths, "lightning indexer (FP8 keys)");
   EXPECT_EQ(lightning_indexer_amx_available(keys), indexer.path == "AMX-BF16 tiles");
+  EXPECT_EQ(lightning_indexer_avx512_bf16_available(keys) && !lightning_indexer_amx_available(keys),
+            indexer.path == "VDPBF16PS, heads in the lanes");
   EXPECT_EQ(lightning_indexer_avx512_available(keys), !portable(indexer));
   const MlaAbsorbDims mla{.num_heads = 4, .nope_dim = 128, .latent_dim = 512, .v_dim = 128};
   EXPECT_EQ(mla_absorb_avx512_available(mla), !portable(path_of(paths, "MLA absorb / expand")));
@@ -72,7 +74,7 @@ TEST(KernelPaths, NoFeatureRunsThePortableCodeAndSaysWhatIsMissing) {
 TEST(KernelPaths, AvxWithoutAmxNamesAmxAsWhatIsMissing) {
   const CpuFeatures zen{.avx512 = true, .avx512_vbmi = true, .avx512_bf16 = true};
   const std::vector<KernelPath> paths = kernel_paths(zen);
-  EXPECT_EQ(path_of(paths, "lightning indexer (FP8 keys)").path, "AVX-512 VBMI byte tables");
+  EXPECT_EQ(path_of(paths, "lightning indexer (FP8 keys)").path, "VDPBF16PS, heads in the lanes");
   EXPECT_EQ(path_of(paths, "lightning indexer (FP8 keys)").missing, "amx_bf16");
   EXPECT_EQ(path_of(paths, "BF16 linear, <= 64 tokens").path, "oneDNN BF16 matmul");
   EXPECT_EQ(path_of(paths, "MXFP4 linear").path, "GEMV / BF16 tiles + oneDNN");

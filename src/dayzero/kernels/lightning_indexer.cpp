@@ -92,8 +92,12 @@ bool lightning_indexer_avx512_available(const IndexKeyCache& keys) {
          keys.layout.block_size % indexer_detail::kChunkKeys == 0;
 }
 
+bool lightning_indexer_avx512_bf16_available(const IndexKeyCache& keys) {
+  return cpu_features().avx512_bf16 && lightning_indexer_avx512_available(keys);
+}
+
 bool lightning_indexer_amx_available(const IndexKeyCache& keys) {
-  return cpu_features().amx_bf16 && lightning_indexer_avx512_available(keys) &&
+  return cpu_features().amx_bf16 && lightning_indexer_avx512_bf16_available(keys) &&
          keys.layout.key_dim % indexer_detail::kAmxTileDepth == 0;
 }
 
@@ -120,13 +124,18 @@ void lightning_indexer(const ExecContext& ctx, const IndexKeyCache& keys,
   if (num_queries == 0) return;
 
   if (variant == IndexerVariant::kAuto)
-    variant = lightning_indexer_amx_available(keys)      ? IndexerVariant::kAmx
-              : lightning_indexer_avx512_available(keys) ? IndexerVariant::kAvx512
-                                                         : IndexerVariant::kRef;
+    variant = lightning_indexer_amx_available(keys)           ? IndexerVariant::kAmx
+              : lightning_indexer_avx512_bf16_available(keys) ? IndexerVariant::kAvx512Bf16
+              : lightning_indexer_avx512_available(keys)      ? IndexerVariant::kAvx512
+                                                              : IndexerVariant::kRef;
   if (variant == IndexerVariant::kAmx) {
     DZ_CHECK(lightning_indexer_amx_available(keys),
              "the AMX indexer needs AMX-BF16 granted by the OS and the AVX-512 variant's shapes");
     lightning_indexer_amx(ctx, keys, queries, top_k, selection, scores, workspace);
+  } else if (variant == IndexerVariant::kAvx512Bf16) {
+    DZ_CHECK(lightning_indexer_avx512_bf16_available(keys),
+             "the AVX-512 BF16 indexer needs AVX512-BF16 and the AVX-512 variant's shapes");
+    lightning_indexer_avx512_bf16(ctx, keys, queries, top_k, selection, scores, workspace);
   } else if (variant == IndexerVariant::kAvx512) {
     DZ_CHECK(lightning_indexer_avx512_available(keys),
              "the AVX-512 indexer needs AVX-512 F/BW/VBMI, key_dim % 64 == 0 and block_size % 16 "

@@ -8,7 +8,8 @@
 //
 // Variants: lightning_indexer_ref computes each query's full score row and sorts it (test oracle
 // and fallback); lightning_indexer_avx512 streams key blocks, keeps each query's best in a bounded
-// buffer (no L×L matrix), its dots on FMA or (lightning_indexer_amx) on AMX-BF16 tiles. Their
+// buffer (no L×L matrix), its dots on FMA, on VDPBF16PS (lightning_indexer_avx512_bf16) or on
+// AMX-BF16 tiles (lightning_indexer_amx). Their
 // summation orders differ, so scores agree within FP32 rounding, not bit for bit (see the test for
 // the bound).
 
@@ -39,7 +40,7 @@ struct IndexerQueries {
   int64_t num_queries() const { return static_cast<int64_t>(positions.size()); }
 };
 
-enum class IndexerVariant { kAuto, kRef, kAvx512, kAmx };
+enum class IndexerVariant { kAuto, kRef, kAvx512, kAmx, kAvx512Bf16 };
 
 // Scratch bytes any variant needs for this call (ref: one score row per thread; avx512: a decoded
 // key chunk, a tile of decoded queries and their selection buffers per thread).
@@ -54,10 +55,13 @@ size_t lightning_indexer_workspace_bound(const ExecContext& ctx, int64_t num_hea
 // block_size multiples of 16).
 bool lightning_indexer_avx512_available(const IndexKeyCache& keys);
 
+// True when, in addition, the CPU has AVX512-BF16 (VDPBF16PS).
+bool lightning_indexer_avx512_bf16_available(const IndexKeyCache& keys);
+
 // True when, in addition, the CPU has AMX-BF16 and the OS grants this process the tile state.
 bool lightning_indexer_amx_available(const IndexKeyCache& keys);
 
-// kAuto picks AMX, else AVX-512, else the reference.
+// kAuto picks AMX, else AVX-512 BF16, else AVX-512 FMA, else the reference.
 // selection [num_queries, top_k]: the k_t chosen positions of each query in rank order (score
 // descending, then position ascending: as torch.topk and python/dayzero_ref), then −1. scores
 // [num_queries, top_k] (optional, may be empty): I[t, s] of each chosen position, −inf in the
@@ -75,6 +79,11 @@ void lightning_indexer_avx512(const ExecContext& ctx, const IndexKeyCache& keys,
                               const IndexerQueries& queries, int64_t top_k,
                               std::span<int32_t> selection, std::span<float> scores,
                               std::span<std::byte> workspace);
+// The AVX-512 variant with the dots on VDPBF16PS (E4M3 values are exact BF16 numbers).
+void lightning_indexer_avx512_bf16(const ExecContext& ctx, const IndexKeyCache& keys,
+                                   const IndexerQueries& queries, int64_t top_k,
+                                   std::span<int32_t> selection, std::span<float> scores,
+                                   std::span<std::byte> workspace);
 // The AVX-512 variant with the dots on AMX-BF16 tiles (E4M3 values are exact BF16 numbers).
 void lightning_indexer_amx(const ExecContext& ctx, const IndexKeyCache& keys,
                            const IndexerQueries& queries, int64_t top_k,

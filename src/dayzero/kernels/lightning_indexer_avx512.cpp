@@ -24,6 +24,7 @@
 
 #include "dayzero/formats/decode_tables.h"
 #include "dayzero/kernels/amx_tiles.h"
+#include "dayzero/kernels/e4m3_bf16_avx512.h"
 #include "dayzero/kernels/lightning_indexer.h"
 #include "dayzero/kernels/lightning_indexer_detail.h"
 
@@ -35,36 +36,19 @@ using indexer_detail::kChunkKeys;
 using indexer_detail::kTileQueries;
 using indexer_detail::ScoredPos;
 
-// BF16 high/low bytes of |decode(code)| for the 128 codes without the sign bit. Every E4M3 value
-// is exact in BF16 (3 mantissa bits), so BF16 bits << 16 are its FP32 bits.
-struct Bf16ByteTables {
-  std::array<uint8_t, 128> hi{};
-  std::array<uint8_t, 128> lo{};
-};
-
-constexpr Bf16ByteTables make_bf16_tables() {
-  Bf16ByteTables tables;
-  for (int code = 0; code < 128; ++code) {
-    const auto bits = std::bit_cast<uint32_t>(formats::kE4m3Values[static_cast<size_t>(code)]);
-    if ((bits & 0xFFFFu) != 0) throw "E4M3 value not exact in BF16";
-    tables.hi[static_cast<size_t>(code)] = static_cast<uint8_t>(bits >> 24);
-    tables.lo[static_cast<size_t>(code)] = static_cast<uint8_t>(bits >> 16);
-  }
-  return tables;
-}
-
-alignas(64) constexpr Bf16ByteTables kBf16Tables = make_bf16_tables();
-
 struct E4m3Decoder {
   __m512i hi_lo_half, hi_hi_half, lo_lo_half, lo_hi_half, sign_bits;
   __m512i spread[4];       // byte indices placing lo/hi of codes 16j..16j+15 in dwords
   __m512i bf16_spread[2];  // byte indices placing lo/hi of codes 32j..32j+31 in words
 
   E4m3Decoder() {
-    hi_lo_half = _mm512_loadu_si512(kBf16Tables.hi.data());
-    hi_hi_half = _mm512_loadu_si512(kBf16Tables.hi.data() + 64);
-    lo_lo_half = _mm512_loadu_si512(kBf16Tables.lo.data());
-    lo_hi_half = _mm512_loadu_si512(kBf16Tables.lo.data() + 64);
+    // BF16 high/low bytes of |decode(code)|: every E4M3 value is exact in BF16 (3 mantissa bits),
+    // so BF16 bits << 16 are its FP32 bits.
+    const detail::E4m3ByteTables& tables = detail::kE4m3ByteTables;
+    hi_lo_half = _mm512_load_si512(tables.hi.data());
+    hi_hi_half = _mm512_load_si512(tables.hi.data() + 64);
+    lo_lo_half = _mm512_load_si512(tables.lo.data());
+    lo_hi_half = _mm512_load_si512(tables.lo.data() + 64);
     sign_bits = _mm512_set1_epi8(static_cast<char>(0x80));
     for (int j = 0; j < 4; ++j) {
       alignas(64) std::array<uint8_t, 64> index{};
@@ -167,6 +151,78 @@ void score_chunk(const float* q_t, int64_t padded_heads, const float* w, const f
         break;
       default:
         score_chunk_heads<4>(q_group, padded_heads, w_group, keys, key_dim, chunk_scores);
+        break;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- VDPBF16PS scoring
+// The same small GEMM on BF16 dot products: the query as [key_dim / 2, heads] words, each the BF16
+// pair (q_h[2p], q_h[2p+1]), the keys decoded to BF16 and each key's pair p broadcast. E4M3 values
+// are normal BF16 numbers and their products are exact in FP32, so only the summation order
+// differs from the FMA path (as on AMX), at twice the FMA path's multiplies per instruction.
+
+template <int HV, int KG>
+inline void score_key_group_bf16(const uint32_t* q_pairs, int64_t head_stride, const float* w,
+                                 const uint16_t* keys, int64_t key_dim, float* partial) {
+  __m512 acc[HV][KG];
+#pragma GCC unroll 8
+  for (int hv = 0; hv < HV; ++hv)
+#pragma GCC unroll 8
+    for (int j = 0; j < KG; ++j) acc[hv][j] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < key_dim / 2; ++p) {
+    __m512bh q[HV];
+#pragma GCC unroll 8
+    for (int hv = 0; hv < HV; ++hv)
+      q[hv] = detail::as_bh(_mm512_load_si512(q_pairs + p * head_stride + 16 * hv));
+#pragma GCC unroll 8
+    for (int j = 0; j < KG; ++j) {
+      uint32_t pair;
+      std::memcpy(&pair, keys + j * key_dim + 2 * p, sizeof(pair));
+      const __m512bh k = detail::as_bh(_mm512_set1_epi32(static_cast<int>(pair)));
+#pragma GCC unroll 8
+      for (int hv = 0; hv < HV; ++hv) acc[hv][j] = _mm512_dpbf16_ps(acc[hv][j], q[hv], k);
+    }
+  }
+  const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int j = 0; j < KG; ++j) {
+    __m512 sum = _mm512_mul_ps(_mm512_load_ps(w), _mm512_max_ps(acc[0][j], zero));
+#pragma GCC unroll 8
+    for (int hv = 1; hv < HV; ++hv)
+      sum = _mm512_fmadd_ps(_mm512_load_ps(w + 16 * hv), _mm512_max_ps(acc[hv][j], zero), sum);
+    partial[j] += _mm512_reduce_add_ps(sum);
+  }
+}
+
+template <int HV>
+void score_chunk_heads_bf16(const uint32_t* q_pairs, int64_t head_stride, const float* w,
+                            const uint16_t* keys, int64_t key_dim, float* partial) {
+  static_assert(kChunkKeys == 16);
+  score_key_group_bf16<HV, 6>(q_pairs, head_stride, w, keys, key_dim, partial);
+  score_key_group_bf16<HV, 6>(q_pairs, head_stride, w, keys + 6 * key_dim, key_dim, partial + 6);
+  score_key_group_bf16<HV, 4>(q_pairs, head_stride, w, keys + 12 * key_dim, key_dim, partial + 12);
+}
+
+// chunk_scores[j] = Σ_h w_h · ReLU(q_h · k_j) over all (padded) heads (keys BF16, [16, key_dim]).
+void score_chunk_bf16(const uint32_t* q_pairs, int64_t padded_heads, const float* w,
+                      const uint16_t* keys, int64_t key_dim, float* chunk_scores) {
+  for (int64_t j = 0; j < kChunkKeys; ++j) chunk_scores[j] = 0.0f;
+  for (int64_t head = 0; head < padded_heads; head += 64) {
+    const uint32_t* q_group = q_pairs + head;
+    const float* w_group = w + head;
+    switch ((padded_heads - head) / 16) {
+      case 1:
+        score_chunk_heads_bf16<1>(q_group, padded_heads, w_group, keys, key_dim, chunk_scores);
+        break;
+      case 2:
+        score_chunk_heads_bf16<2>(q_group, padded_heads, w_group, keys, key_dim, chunk_scores);
+        break;
+      case 3:
+        score_chunk_heads_bf16<3>(q_group, padded_heads, w_group, keys, key_dim, chunk_scores);
+        break;
+      default:
+        score_chunk_heads_bf16<4>(q_group, padded_heads, w_group, keys, key_dim, chunk_scores);
         break;
     }
   }
@@ -286,6 +342,9 @@ struct TopKBuffer {
   }
 };
 
+// Which instructions compute the chunk's dots.
+enum class Dots { kFma, kBf16Pairs, kAmx };
+
 struct Worker {
   const IndexKeyCache& keys;
   const IndexerQueries& queries;
@@ -293,7 +352,7 @@ struct Worker {
   const E4m3Decoder& decoder;
   int64_t top_k;
   std::byte* base;  // this worker's workspace slice
-  bool amx;         // AMX-BF16 tiles instead of FMA (BF16 keys and VNNI queries in the same slots)
+  Dots dots;        // kBf16Pairs and kAmx keep BF16 keys and BF16 queries in the FP32 slots
 
   float* key_buffer() const { return reinterpret_cast<float*>(base + layout.keys_offset); }
   float* q_t(int64_t i) const {
@@ -304,6 +363,7 @@ struct Worker {
     return reinterpret_cast<float*>(base + layout.w_offset) + i * layout.padded_heads;
   }
   uint16_t* q_vnni(int64_t i) const { return reinterpret_cast<uint16_t*>(q_t(i)); }
+  uint32_t* q_pairs(int64_t i) const { return reinterpret_cast<uint32_t*>(q_t(i)); }
   float* c_tiles() const { return reinterpret_cast<float*>(base + layout.c_tiles_offset); }
   ScoredPos* kept_entries(int64_t i) const {
     return reinterpret_cast<ScoredPos*>(base + layout.kept_offset) +
@@ -334,7 +394,7 @@ void Worker::run(int64_t query_begin, int64_t query_end, int64_t block_begin, in
     // q_t[d, h] = decode(q[h, d]); padding heads are zero and carry zero weight.
     const uint8_t* codes = queries.q_codes + t * num_heads * key_dim;
     float* w = weights(i);
-    if (amx) {
+    if (dots == Dots::kAmx) {
       const int64_t num_steps = key_dim / kTileDepth;
       for (int64_t h = 0; h < padded_heads; ++h)
         for (int64_t d = 0; d < key_dim; ++d) {
@@ -343,6 +403,18 @@ void Worker::run(int64_t query_begin, int64_t query_end, int64_t block_begin, in
           tile[(d % kTileDepth / 2) * 32 + (h % 16) * 2 + d % 2] =
               static_cast<uint16_t>(std::bit_cast<uint32_t>(value) >> 16);
         }
+    } else if (dots == Dots::kBf16Pairs) {
+      // q_pairs[p, h] = BF16 pair (q[h, 2p], q[h, 2p + 1]).
+      uint32_t* pairs = q_pairs(i);
+      auto bf16_bits = [](float value) { return std::bit_cast<uint32_t>(value) >> 16; };
+      for (int64_t p = 0; p < key_dim / 2; ++p) {
+        for (int64_t h = 0; h < num_heads; ++h) {
+          const uint8_t* pair_codes = codes + h * key_dim + 2 * p;
+          pairs[p * padded_heads + h] = bf16_bits(formats::kE4m3Values[pair_codes[0]]) |
+                                        bf16_bits(formats::kE4m3Values[pair_codes[1]]) << 16;
+        }
+        for (int64_t h = num_heads; h < padded_heads; ++h) pairs[p * padded_heads + h] = 0;
+      }
     } else {
       float* qt = q_t(i);
       for (int64_t d = 0; d < key_dim; ++d) {
@@ -373,11 +445,12 @@ void Worker::run(int64_t query_begin, int64_t query_end, int64_t block_begin, in
   // A local copy whose address never escapes: the decode stores (__m512i-typed) could otherwise
   // alias the referenced tables and force a reload of every table after every store.
   const E4m3Decoder tables = decoder;
-  // AMX: two BF16 chunk buffers used in turn (both fit in the FP32 chunk's slot), so that the
+  const bool bf16_keys = dots != Dots::kFma;
+  // BF16 keys: two chunk buffers used in turn (both fit in the FP32 chunk's slot), so that the
   // decode of a chunk does not overwrite memory the previous chunk's tile loads may still read.
   uint16_t* key_bf16 = reinterpret_cast<uint16_t*>(key_buf);
   int64_t chunk_count = 0;
-  if (amx) detail::configure_amx_tiles(7);
+  if (dots == Dots::kAmx) detail::configure_amx_tiles(7);
   alignas(64) float chunk_scores[kChunkKeys];
   for (int64_t block = block_begin; block < block_end; ++block) {
     const int64_t block_id = keys.block_table[static_cast<size_t>(block)];
@@ -393,7 +466,7 @@ void Worker::run(int64_t query_begin, int64_t query_end, int64_t block_begin, in
       for (int64_t j = 0; j < kChunkKeys; ++j)
         for (int64_t d = 0; d < key_dim; d += 64) {
           const uint8_t* codes = block_codes + (offset + j) * key_dim + d;
-          if (amx)
+          if (bf16_keys)
             tables.decode64_bf16(codes, key_bf16 + j * key_dim + d);
           else
             tables.decode64(codes, key_buf + j * key_dim + d);
@@ -402,9 +475,11 @@ void Worker::run(int64_t query_begin, int64_t query_end, int64_t block_begin, in
       std::memcpy(key_scales, block_scales + offset, sizeof(key_scales));
       for (int64_t i = 0; i < num_tile; ++i) {
         if (first_pos > last_visible[i]) continue;
-        if (amx)
+        if (dots == Dots::kAmx)
           score_chunk_amx(q_vnni(i), padded_heads, weights(i), key_bf16, key_dim, c_tiles(),
                           chunk_scores);
+        else if (dots == Dots::kBf16Pairs)
+          score_chunk_bf16(q_pairs(i), padded_heads, weights(i), key_bf16, key_dim, chunk_scores);
         else
           score_chunk(q_t(i), padded_heads, weights(i), key_buf, key_dim, chunk_scores);
         const __m512 scored =
@@ -424,13 +499,13 @@ void Worker::run(int64_t query_begin, int64_t query_end, int64_t block_begin, in
       }
     }
   }
-  if (amx) detail::release_amx_tiles();
+  if (dots == Dots::kAmx) detail::release_amx_tiles();
   for (int64_t i = 0; i < num_tile; ++i) kept_sizes[i] = best[i].finish();
 }
 
 void run_indexer(const ExecContext& ctx, const IndexKeyCache& keys, const IndexerQueries& queries,
                  int64_t top_k, std::span<int32_t> selection, std::span<float> scores,
-                 std::span<std::byte> workspace, bool amx) {
+                 std::span<std::byte> workspace, Dots dots) {
   const int64_t num_queries = queries.num_queries();
   const Avx512WorkerLayout layout =
       indexer_detail::avx512_worker_layout(queries.num_heads, keys.layout.key_dim, top_k);
@@ -443,7 +518,7 @@ void run_indexer(const ExecContext& ctx, const IndexKeyCache& keys, const Indexe
   auto worker_at = [&](int64_t w) {
     return Worker{keys,    queries, layout,
                   decoder, top_k,   workspace.data() + static_cast<size_t>(w) * layout.worker_bytes,
-                  amx};
+                  dots};
   };
   auto write_row = [&](int64_t t, ScoredPos* chosen, int64_t num_chosen) {
     indexer_detail::write_selection_row(chosen, num_chosen, top_k, selection.data() + t * top_k,
@@ -503,14 +578,21 @@ void lightning_indexer_avx512(const ExecContext& ctx, const IndexKeyCache& keys,
                               const IndexerQueries& queries, int64_t top_k,
                               std::span<int32_t> selection, std::span<float> scores,
                               std::span<std::byte> workspace) {
-  run_indexer(ctx, keys, queries, top_k, selection, scores, workspace, false);
+  run_indexer(ctx, keys, queries, top_k, selection, scores, workspace, Dots::kFma);
+}
+
+void lightning_indexer_avx512_bf16(const ExecContext& ctx, const IndexKeyCache& keys,
+                                   const IndexerQueries& queries, int64_t top_k,
+                                   std::span<int32_t> selection, std::span<float> scores,
+                                   std::span<std::byte> workspace) {
+  run_indexer(ctx, keys, queries, top_k, selection, scores, workspace, Dots::kBf16Pairs);
 }
 
 void lightning_indexer_amx(const ExecContext& ctx, const IndexKeyCache& keys,
                            const IndexerQueries& queries, int64_t top_k,
                            std::span<int32_t> selection, std::span<float> scores,
                            std::span<std::byte> workspace) {
-  run_indexer(ctx, keys, queries, top_k, selection, scores, workspace, true);
+  run_indexer(ctx, keys, queries, top_k, selection, scores, workspace, Dots::kAmx);
 }
 
 }  // namespace dz::kernels

@@ -222,6 +222,9 @@ std::vector<IndexerVariant> variants() {
   if (lightning_indexer_avx512_available(
           IndexKeyCache{IndexCacheLayout{.key_dim = 128, .block_size = 16}, nullptr, {}}))
     v.push_back(IndexerVariant::kAvx512);
+  if (lightning_indexer_avx512_bf16_available(
+          IndexKeyCache{IndexCacheLayout{.key_dim = 128, .block_size = 16}, nullptr, {}}))
+    v.push_back(IndexerVariant::kAvx512Bf16);
   if (lightning_indexer_amx_available(
           IndexKeyCache{IndexCacheLayout{.key_dim = 128, .block_size = 16}, nullptr, {}}))
     v.push_back(IndexerVariant::kAmx);
