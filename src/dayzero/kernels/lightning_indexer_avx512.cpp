@@ -21,6 +21,7 @@
 #include <array>
 #include <bit>
 #include <cstring>
+#include <type_traits>
 
 #include "dayzero/formats/decode_tables.h"
 #include "dayzero/kernels/amx_tiles.h"
@@ -91,25 +92,53 @@ struct E4m3Decoder {
   }
 };
 
+// ---------------------------------------------------------------- FMA and VDPBF16PS scoring
+// The chunk's scores as a small GEMM, heads in the vector lanes and each key's value broadcast,
+// in one of two element types:
+//   FP32 (Q = float, K = float): q as [key_dim, heads], one FMA per element;
+//   BF16 pairs (Q = uint32_t, K = uint16_t): q as [key_dim / 2, heads] words, each the BF16 pair
+//     (q_h[2p], q_h[2p+1]), and key pair p broadcast into VDPBF16PS: twice the multiplies per
+//     instruction. E4M3 values are normal BF16 numbers and their products are exact in FP32, so
+//     only the summation order differs from the FMA path (as on AMX).
+
 // partial[j] += Σ_{h in group} w_h · ReLU(q_h · k_j) for keys j < KG, heads of HV 16-lane vectors.
-// q_t: [key_dim, head_stride] at the group's first head; keys: [KG, key_dim].
-template <int HV, int KG>
-inline void score_key_group(const float* q_t, int64_t head_stride, const float* w,
-                            const float* keys, int64_t key_dim, float* partial) {
+// q: the query rows above at the group's first head, head_stride apart; keys: [KG, key_dim].
+template <int HV, int KG, typename Q, typename K>
+inline void score_key_group(const Q* q, int64_t head_stride, const float* w, const K* keys,
+                            int64_t key_dim, float* partial) {
+  constexpr bool kPairs = std::is_same_v<Q, uint32_t>;
+  static_assert(kPairs ? std::is_same_v<K, uint16_t>
+                       : std::is_same_v<Q, float> && std::is_same_v<K, float>);
   __m512 acc[HV][KG];
 #pragma GCC unroll 8
   for (int hv = 0; hv < HV; ++hv)
 #pragma GCC unroll 8
     for (int j = 0; j < KG; ++j) acc[hv][j] = _mm512_setzero_ps();
-  for (int64_t d = 0; d < key_dim; ++d) {
-    __m512 q[HV];
+  constexpr int64_t kStep = kPairs ? 2 : 1;  // key elements per q row
+  for (int64_t d = 0; d < key_dim; d += kStep) {
+    const Q* q_row = q + d / kStep * head_stride;
+    if constexpr (kPairs) {
+      __m512bh qv[HV];
 #pragma GCC unroll 8
-    for (int hv = 0; hv < HV; ++hv) q[hv] = _mm512_load_ps(q_t + d * head_stride + 16 * hv);
+      for (int hv = 0; hv < HV; ++hv) qv[hv] = detail::as_bh(_mm512_load_si512(q_row + 16 * hv));
 #pragma GCC unroll 8
-    for (int j = 0; j < KG; ++j) {
-      const __m512 k = _mm512_set1_ps(keys[j * key_dim + d]);
+      for (int j = 0; j < KG; ++j) {
+        uint32_t pair;
+        std::memcpy(&pair, keys + j * key_dim + d, sizeof(pair));
+        const __m512bh k = detail::as_bh(_mm512_set1_epi32(static_cast<int>(pair)));
 #pragma GCC unroll 8
-      for (int hv = 0; hv < HV; ++hv) acc[hv][j] = _mm512_fmadd_ps(q[hv], k, acc[hv][j]);
+        for (int hv = 0; hv < HV; ++hv) acc[hv][j] = _mm512_dpbf16_ps(acc[hv][j], qv[hv], k);
+      }
+    } else {
+      __m512 qv[HV];
+#pragma GCC unroll 8
+      for (int hv = 0; hv < HV; ++hv) qv[hv] = _mm512_load_ps(q_row + 16 * hv);
+#pragma GCC unroll 8
+      for (int j = 0; j < KG; ++j) {
+        const __m512 k = _mm512_set1_ps(keys[j * key_dim + d]);
+#pragma GCC unroll 8
+        for (int hv = 0; hv < HV; ++hv) acc[hv][j] = _mm512_fmadd_ps(qv[hv], k, acc[hv][j]);
+      }
     }
   }
   const __m512 zero = _mm512_setzero_ps();
@@ -123,21 +152,22 @@ inline void score_key_group(const float* q_t, int64_t head_stride, const float* 
   }
 }
 
-template <int HV>
-void score_chunk_heads(const float* q_t, int64_t head_stride, const float* w, const float* keys,
+template <int HV, typename Q, typename K>
+void score_chunk_heads(const Q* q, int64_t head_stride, const float* w, const K* keys,
                        int64_t key_dim, float* partial) {
   static_assert(kChunkKeys == 16);
-  score_key_group<HV, 6>(q_t, head_stride, w, keys, key_dim, partial);
-  score_key_group<HV, 6>(q_t, head_stride, w, keys + 6 * key_dim, key_dim, partial + 6);
-  score_key_group<HV, 4>(q_t, head_stride, w, keys + 12 * key_dim, key_dim, partial + 12);
+  score_key_group<HV, 6>(q, head_stride, w, keys, key_dim, partial);
+  score_key_group<HV, 6>(q, head_stride, w, keys + 6 * key_dim, key_dim, partial + 6);
+  score_key_group<HV, 4>(q, head_stride, w, keys + 12 * key_dim, key_dim, partial + 12);
 }
 
 // chunk_scores[j] = Σ_h w_h · ReLU(q_h · k_j) over all (padded) heads, for the kChunkKeys keys.
-void score_chunk(const float* q_t, int64_t padded_heads, const float* w, const float* keys,
-                 int64_t key_dim, float* chunk_scores) {
+template <typename Q, typename K>
+void score_chunk(const Q* q, int64_t padded_heads, const float* w, const K* keys, int64_t key_dim,
+                 float* chunk_scores) {
   for (int64_t j = 0; j < kChunkKeys; ++j) chunk_scores[j] = 0.0f;
   for (int64_t head = 0; head < padded_heads; head += 64) {
-    const float* q_group = q_t + head;
+    const Q* q_group = q + head;
     const float* w_group = w + head;
     switch ((padded_heads - head) / 16) {
       case 1:
@@ -151,78 +181,6 @@ void score_chunk(const float* q_t, int64_t padded_heads, const float* w, const f
         break;
       default:
         score_chunk_heads<4>(q_group, padded_heads, w_group, keys, key_dim, chunk_scores);
-        break;
-    }
-  }
-}
-
-// ---------------------------------------------------------------- VDPBF16PS scoring
-// The same small GEMM on BF16 dot products: the query as [key_dim / 2, heads] words, each the BF16
-// pair (q_h[2p], q_h[2p+1]), the keys decoded to BF16 and each key's pair p broadcast. E4M3 values
-// are normal BF16 numbers and their products are exact in FP32, so only the summation order
-// differs from the FMA path (as on AMX), at twice the FMA path's multiplies per instruction.
-
-template <int HV, int KG>
-inline void score_key_group_bf16(const uint32_t* q_pairs, int64_t head_stride, const float* w,
-                                 const uint16_t* keys, int64_t key_dim, float* partial) {
-  __m512 acc[HV][KG];
-#pragma GCC unroll 8
-  for (int hv = 0; hv < HV; ++hv)
-#pragma GCC unroll 8
-    for (int j = 0; j < KG; ++j) acc[hv][j] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < key_dim / 2; ++p) {
-    __m512bh q[HV];
-#pragma GCC unroll 8
-    for (int hv = 0; hv < HV; ++hv)
-      q[hv] = detail::as_bh(_mm512_load_si512(q_pairs + p * head_stride + 16 * hv));
-#pragma GCC unroll 8
-    for (int j = 0; j < KG; ++j) {
-      uint32_t pair;
-      std::memcpy(&pair, keys + j * key_dim + 2 * p, sizeof(pair));
-      const __m512bh k = detail::as_bh(_mm512_set1_epi32(static_cast<int>(pair)));
-#pragma GCC unroll 8
-      for (int hv = 0; hv < HV; ++hv) acc[hv][j] = _mm512_dpbf16_ps(acc[hv][j], q[hv], k);
-    }
-  }
-  const __m512 zero = _mm512_setzero_ps();
-#pragma GCC unroll 8
-  for (int j = 0; j < KG; ++j) {
-    __m512 sum = _mm512_mul_ps(_mm512_load_ps(w), _mm512_max_ps(acc[0][j], zero));
-#pragma GCC unroll 8
-    for (int hv = 1; hv < HV; ++hv)
-      sum = _mm512_fmadd_ps(_mm512_load_ps(w + 16 * hv), _mm512_max_ps(acc[hv][j], zero), sum);
-    partial[j] += _mm512_reduce_add_ps(sum);
-  }
-}
-
-template <int HV>
-void score_chunk_heads_bf16(const uint32_t* q_pairs, int64_t head_stride, const float* w,
-                            const uint16_t* keys, int64_t key_dim, float* partial) {
-  static_assert(kChunkKeys == 16);
-  score_key_group_bf16<HV, 6>(q_pairs, head_stride, w, keys, key_dim, partial);
-  score_key_group_bf16<HV, 6>(q_pairs, head_stride, w, keys + 6 * key_dim, key_dim, partial + 6);
-  score_key_group_bf16<HV, 4>(q_pairs, head_stride, w, keys + 12 * key_dim, key_dim, partial + 12);
-}
-
-// chunk_scores[j] = Σ_h w_h · ReLU(q_h · k_j) over all (padded) heads (keys BF16, [16, key_dim]).
-void score_chunk_bf16(const uint32_t* q_pairs, int64_t padded_heads, const float* w,
-                      const uint16_t* keys, int64_t key_dim, float* chunk_scores) {
-  for (int64_t j = 0; j < kChunkKeys; ++j) chunk_scores[j] = 0.0f;
-  for (int64_t head = 0; head < padded_heads; head += 64) {
-    const uint32_t* q_group = q_pairs + head;
-    const float* w_group = w + head;
-    switch ((padded_heads - head) / 16) {
-      case 1:
-        score_chunk_heads_bf16<1>(q_group, padded_heads, w_group, keys, key_dim, chunk_scores);
-        break;
-      case 2:
-        score_chunk_heads_bf16<2>(q_group, padded_heads, w_group, keys, key_dim, chunk_scores);
-        break;
-      case 3:
-        score_chunk_heads_bf16<3>(q_group, padded_heads, w_group, keys, key_dim, chunk_scores);
-        break;
-      default:
-        score_chunk_heads_bf16<4>(q_group, padded_heads, w_group, keys, key_dim, chunk_scores);
         break;
     }
   }
@@ -479,7 +437,7 @@ void Worker::run(int64_t query_begin, int64_t query_end, int64_t block_begin, in
           score_chunk_amx(q_vnni(i), padded_heads, weights(i), key_bf16, key_dim, c_tiles(),
                           chunk_scores);
         else if (dots == Dots::kBf16Pairs)
-          score_chunk_bf16(q_pairs(i), padded_heads, weights(i), key_bf16, key_dim, chunk_scores);
+          score_chunk(q_pairs(i), padded_heads, weights(i), key_bf16, key_dim, chunk_scores);
         else
           score_chunk(q_t(i), padded_heads, weights(i), key_buf, key_dim, chunk_scores);
         const __m512 scored =
