@@ -1,10 +1,10 @@
 // AVX-512 lightning indexer. Keys are streamed chunk by chunk (16 keys of one block) and decoded
-// E4M3 → FP32 exactly (docs/formats.md §6.4a: two 128-entry VPERMI2B byte tables give the BF16 high
-// and low bytes, which are the FP32 value's top two bytes); a tile of queries, each transposed to
-// [key_dim, heads] in FP32, is scored against the chunk as a small GEMM (heads × keys, FMA,
-// accumulators 64 heads × 6 keys), then ReLU, head weights and the key scale, and each query keeps
-// its best k_t positions in a buffer compacted by nth_element (TopKBuffer). Memory is O(tile ·
-// top_k), never O(L²).
+// E4M3 → FP32 or BF16 exactly (docs/formats.md §6.4a: two 128-entry VPERMI2B byte tables give the
+// BF16 high and low bytes, which are the FP32 value's top two bytes); a tile of queries, each
+// transposed to [key_dim, heads], is scored against the chunk as a small GEMM (heads × keys on FP32
+// FMAs, VDPBF16PS or AMX tiles; accumulators 64 heads × 6 keys in vectors), then ReLU, head
+// weights and the key scale, and each query keeps its best k_t positions in a buffer compacted by
+// nth_element (TopKBuffer). Memory is O(tile · top_k), never O(L²).
 //
 // Everything here has internal linkage (see lightning_indexer_detail.h); the helpers with external
 // linkage it calls are compiled without AVX-512 flags.
