@@ -2,6 +2,10 @@
 
 #include "dayzero/kernels/linear_kernels.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+
 namespace dz::kernels::detail {
 
 Status check_matrix(const TensorView& view, std::string_view what) {
@@ -34,6 +38,26 @@ void round_activations(const ExecContext& ctx, const float* x, int64_t num_elems
     round_to_bf16_avx512(x + begin, end - begin, bf16 ? bf16 + begin : nullptr,
                          f32 ? f32 + begin : nullptr);
   });
+}
+
+namespace {
+
+// The L1 data cache of this CPU (glibc reads it from CPUID); 32 KiB, the smallest on x86-64 parts
+// with AVX-512, where it does not say.
+int64_t l1d_bytes() {
+  static const int64_t bytes = [] {
+    const long reported = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    return reported > 0 ? static_cast<int64_t>(reported) : int64_t{32768};
+  }();
+  return bytes;
+}
+
+}  // namespace
+
+int64_t gemv_tokens_per_pass(int64_t x_bytes_per_token, int64_t l1_prefetch_bytes,
+                             int64_t max_tokens) {
+  const int64_t budget = l1d_bytes() - l1_prefetch_bytes - 1024;
+  return std::clamp<int64_t>(budget / std::max<int64_t>(x_bytes_per_token, 1), 1, max_tokens);
 }
 
 }  // namespace dz::kernels::detail

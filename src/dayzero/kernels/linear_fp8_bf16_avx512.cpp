@@ -37,13 +37,10 @@ namespace {
 #define DZ_FP8_UNROLL
 #endif
 
-// Software prefetch: one core's DRAM stream needs requests far ahead of the decode. Each 64-byte
-// line is requested into L2 32 KiB ahead and into L1 4 KiB ahead. 1 token, 1 thread, weights
-// from DRAM, CPU time, on the loaded machine (runs spread by ±15 %): no prefetch 6.0–6.3 GB/s,
-// L1 only 16 KiB ahead 7.1–9.7, this pair 7.3–9.5 with the best mean of three alternating rounds
-// (9.2 vs 7.9; the DRAM read loop 9.9–11.9 in the same runs).
-constexpr int64_t kPrefetchL1Bytes = 4096;
-constexpr int64_t kPrefetchL2Bytes = 32768;
+// Software prefetch (kFp8GemvPrefetchL1Bytes / L2Bytes): 1 token, 1 thread, weights from DRAM,
+// CPU time, on the loaded machine (runs spread by ±15 %): no prefetch 6.0–6.3 GB/s, L1 only
+// 16 KiB ahead 7.1–9.7, L2 32 KiB + L1 4 KiB ahead 7.3–9.5 with the best mean of three alternating
+// rounds (9.2 vs 7.9; the DRAM read loop 9.9–11.9 in the same runs).
 
 template <int kTokens>
 void gemv_rows(const uint8_t* codes, const float* scale_inv, const formats::Fp8BlockShape& shape,
@@ -83,8 +80,8 @@ void gemv_rows(const uint8_t* codes, const float* scale_inv, const formats::Fp8B
       };
       int64_t j = col_begin;
       for (; j + 64 <= col_end; j += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(w + j + kPrefetchL1Bytes), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(w + j + kPrefetchL2Bytes), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(w + j + kFp8GemvPrefetchL1Bytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w + j + kFp8GemvPrefetchL2Bytes), _MM_HINT_T1);
         step(j, _mm512_loadu_si512(w + j));
       }
       // A partial last chunk: masked-off codes load as 0 (BF16 +0) and the activations are

@@ -136,12 +136,14 @@ void Fp8BlockLinear::forward_gemv(const ExecContext& ctx, const float* x, int64_
       detail::fp8_pack_x_avx512(x + t * in_features, in_features, x_packed + t * x_elems);
     const int64_t threads = std::max(ctx.num_threads, 1);
     const int64_t grain = std::max<int64_t>(4, (out_features + threads - 1) / threads);
+    const int64_t tokens_per_pass =
+        detail::gemv_tokens_per_pass(x_elems * static_cast<int64_t>(sizeof(uint16_t)),
+                                     detail::kFp8GemvPrefetchL1Bytes, detail::kFp8GemvMaxTokens);
     parallel_for(ctx, out_features, grain, [&](int64_t row_begin, int64_t row_end) {
-      for (int64_t t = 0; t < num_tokens; t += detail::kFp8GemvMaxTokens) {
-        const int64_t count = std::min(detail::kFp8GemvMaxTokens, num_tokens - t);
+      detail::for_each_token_pass(num_tokens, tokens_per_pass, [&](int64_t t, int64_t count) {
         detail::fp8_gemv_bf16_rows_avx512(code_data(), scale_data(), block_, x_packed + t * x_elems,
                                           count, y + t * out_features, row_begin, row_end);
-      }
+      });
     });
     return;
   }

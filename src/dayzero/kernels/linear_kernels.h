@@ -21,6 +21,27 @@ void round_to_bf16_avx512(const float* x, int64_t num_elems, uint16_t* out, floa
 // Most tokens one GEMV pass keeps in registers; more are done in passes of this many.
 inline constexpr int64_t kFp8GemvMaxTokens = 8;
 
+// Tokens per pass of a GEMV kernel below (at most max_tokens). Each weight row re-reads every
+// activation of the pass, so those activations, with the weights the kernel prefetches into L1
+// ahead of itself, must fit the L1 data cache, or each row evicts what the next one reads. Budget:
+// L1D − l1_prefetch_bytes − 1 KiB (the row's scales, outputs and stack). Measured on AMD Zen 5
+// (48 KiB L1D), 1 thread, weights from DRAM: MXFP4 [3072, 3584] 8 tokens in one pass 1.51 ms, in
+// 4 + 4 1.02 ms; FP8 [2048, 7168] 4 tokens 1.54 ms, 2 + 2 1.15 ms, 8 tokens 2.59 ms, 3 + 3 + 2
+// 1.98 ms (docs/performance.md).
+int64_t gemv_tokens_per_pass(int64_t x_bytes_per_token, int64_t l1_prefetch_bytes,
+                             int64_t max_tokens);
+// Calls pass(first_token, count) for passes of at most tokens_per_pass covering num_tokens, as
+// even as possible (8 tokens at most 3 per pass: 3 + 3 + 2).
+template <class Pass>
+void for_each_token_pass(int64_t num_tokens, int64_t tokens_per_pass, Pass&& pass) {
+  const int64_t num_passes = (num_tokens + tokens_per_pass - 1) / tokens_per_pass;
+  for (int64_t p = 0, first = 0; p < num_passes; ++p) {
+    const int64_t count = (num_tokens - first) / (num_passes - p);
+    pass(first, count);
+    first += count;
+  }
+}
+
 // y[t, i] = Σ_j x[t, j] · W[i, j] for output rows i in [row_begin, row_end), W[i, j] =
 // decode(codes[i, j]) · scale_inv[i / block_rows, j / block_cols]. x [num_tokens, in] must already
 // hold BF16-valued floats; y is [num_tokens, out]. FP32 FMAs within a column block, the block's
@@ -41,6 +62,10 @@ inline int64_t fp8_gemv_x_elems(int64_t in) {
 inline bool fp8_bf16_gemv_takes(const formats::Fp8BlockShape& shape) {
   return shape.block_cols % 64 == 0;
 }
+// The BF16 GEMV requests each line of codes into L2 this far ahead and into L1 this far ahead
+// (one core's DRAM stream needs requests far ahead of the decode).
+inline constexpr int64_t kFp8GemvPrefetchL2Bytes = 32768;
+inline constexpr int64_t kFp8GemvPrefetchL1Bytes = 4096;
 // out [fp8_gemv_x_elems(in)] = x [in] rounded to BF16 (RNE) in that layout.
 void fp8_pack_x_avx512(const float* x, int64_t in, uint16_t* out);
 // y[t, i] for rows [row_begin, row_end) as fp8_gemv_rows_avx512, x in the layout above (tokens
@@ -101,6 +126,10 @@ alignas(64) inline constexpr std::array<uint16_t, 32> kE2m1Bf16 = {
 
 // Most tokens one GEMV pass keeps in registers.
 inline constexpr int64_t kMxfp4GemvMaxTokens = 8;
+// The GEMV requests each line of weights into L1 this far ahead (its own rate is barely above one
+// core's DRAM rate, so memory must be requested far ahead to overlap: measured on a [3072, 3584]
+// set, 256 B ahead gave 5.3 GB/s, 4 KiB 8.5, 16 KiB 9.0, 32 KiB no better).
+inline constexpr int64_t kMxfp4GemvPrefetchBytes = 16384;
 
 // The GEMV's activation layout: per 128 elements (four blocks), BF16 codes in four parts of 32,
 // word k of part q being element 4k + q; a partial last 128 is zero-padded. One token takes

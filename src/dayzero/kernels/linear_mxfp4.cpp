@@ -176,13 +176,15 @@ void Mxfp4Linear::forward_gemv(const ExecContext& ctx, const float* x, int64_t n
   // One contiguous range of rows per thread: one sequential DRAM stream each.
   const int64_t threads = std::max(ctx.num_threads, 1);
   const int64_t grain = std::max<int64_t>(4, (out_features_ + threads - 1) / threads);
+  const int64_t tokens_per_pass =
+      detail::gemv_tokens_per_pass(x_elems * static_cast<int64_t>(sizeof(uint16_t)),
+                                   detail::kMxfp4GemvPrefetchBytes, detail::kMxfp4GemvMaxTokens);
   parallel_for(ctx, out_features_, grain, [&](int64_t row_begin, int64_t row_end) {
-    for (int64_t t = 0; t < num_tokens; t += detail::kMxfp4GemvMaxTokens) {
-      const int64_t count = std::min(detail::kMxfp4GemvMaxTokens, num_tokens - t);
+    detail::for_each_token_pass(num_tokens, tokens_per_pass, [&](int64_t t, int64_t count) {
       detail::mxfp4_gemv_rows_avx512(packed_data(), scale_data(), in_features_,
                                      x_packed + t * x_elems, count, y + t * out_features_,
                                      out_features_, row_begin, row_end);
-    }
+    });
   });
 }
 

@@ -7,6 +7,7 @@
 // addition, ~1e-7 relative for K ≤ 1024, far below the bound.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -239,6 +240,29 @@ TEST(LinearMxfp4, RowsLongerThanTheWorkspaceRunTheGemvInPasses) {
     // with few accumulators, whose rounding grows like √n · 2⁻²⁴ ≈ 4e-5 (1.3e-5 seen), above the
     // bound of ordinary rows.
     EXPECT_LT(rel_rms(w, x, tokens, y), 1e-4) << tokens;
+  }
+}
+
+TEST(LinearMxfp4, TokenPassesDoNotChangeATokensResult) {
+  // 8192 inputs are 16 KiB of activations per token: the GEMV runs 2–8 tokens in several passes
+  // (gemv_tokens_per_pass), and each token's outputs must equal its own one-token forward.
+  const unsigned seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const Mxfp4 w = quantized_weight(rng, 37, 8192);
+  Result<LinearWeight> linear = load(w);
+  ASSERT_TRUE(linear.ok());
+  for (int64_t tokens = 2; tokens <= detail::kMxfp4GemvMaxTokens; ++tokens) {
+    const std::vector<float> x = random_x(rng, tokens * w.in);
+    std::vector<float> y(static_cast<size_t>(tokens * w.out));
+    linear->forward(ExecContext{2}, x.data(), tokens, y.data());
+    EXPECT_LT(rel_rms(w, x, tokens, y), kTolerance) << tokens;
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::vector<float> alone(static_cast<size_t>(w.out));
+      linear->forward(ExecContext{2}, x.data() + t * w.in, 1, alone.data());
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), y.begin() + t * w.out))
+          << "token " << t << " of " << tokens;
+    }
   }
 }
 

@@ -307,6 +307,61 @@ TEST(LinearWeight, ConcurrentForwardsSurviveCacheEviction) {
   }
 }
 
+TEST(LinearWeight, Fp8GemvInTokenPassesMatchesFp64) {
+  // 6144 inputs are 12 KiB of BF16 activations per token: the GEMV runs 4–8 tokens in several
+  // passes (gemv_tokens_per_pass) and every token must come out as alone. Not bit for bit: passes
+  // of one or two tokens sum each block in two chains, larger ones in one.
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  Fp8Weight fp8 = random_fp8(rng, 40, 6144, 128, 128, false);
+  Result<LinearWeight> weight = load(fp8);
+  ASSERT_TRUE(weight.ok());
+  for (int64_t tokens = 2; tokens <= detail::kFp8GemvMaxTokens; ++tokens) {
+    const std::vector<float> x = random_normal(rng, tokens * 6144);
+    std::vector<float> y(static_cast<size_t>(tokens * 40));
+    weight->forward(ExecContext{2}, x.data(), tokens, y.data());
+    EXPECT_LT(forward_rel_rms(*weight, x, tokens, y), kFp32Tolerance) << tokens;
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::vector<float> alone(40);
+      weight->forward(ExecContext{2}, x.data() + t * 6144, 1, alone.data());
+      EXPECT_LT(rel_rms(std::vector<float>(y.begin() + t * 40, y.begin() + (t + 1) * 40), alone),
+                kFp32Tolerance)
+          << "token " << t << " of " << tokens;
+    }
+  }
+}
+
+TEST(LinearKernels, TokenPassesAreEvenAndCoverEveryToken) {
+  for (int64_t num_tokens = 1; num_tokens <= 20; ++num_tokens)
+    for (int64_t per_pass = 1; per_pass <= 8; ++per_pass) {
+      SCOPED_TRACE(::testing::Message() << num_tokens << " tokens, " << per_pass << " per pass");
+      std::vector<int64_t> counts;
+      int64_t next = 0;
+      detail::for_each_token_pass(num_tokens, per_pass, [&](int64_t first, int64_t count) {
+        EXPECT_EQ(first, next);
+        next = first + count;
+        counts.push_back(count);
+      });
+      EXPECT_EQ(next, num_tokens);
+      EXPECT_EQ(static_cast<int64_t>(counts.size()), (num_tokens + per_pass - 1) / per_pass);
+      EXPECT_LE(*std::max_element(counts.begin(), counts.end()), per_pass);
+      EXPECT_LE(*std::max_element(counts.begin(), counts.end()) -
+                    *std::min_element(counts.begin(), counts.end()),
+                1);
+    }
+  // Fewer tokens per pass as each token's activations grow, never 0 and never above the maximum.
+  int64_t previous = 8;
+  for (int64_t bytes = 256; bytes <= (int64_t{1} << 20); bytes *= 2) {
+    const int64_t per_pass = detail::gemv_tokens_per_pass(bytes, 16384, 8);
+    EXPECT_GE(per_pass, 1) << bytes;
+    EXPECT_LE(per_pass, previous) << bytes;
+    previous = per_pass;
+  }
+  EXPECT_EQ(detail::gemv_tokens_per_pass(256, 4096, 8), 8);
+  EXPECT_EQ(detail::gemv_tokens_per_pass(int64_t{1} << 20, 4096, 8), 1);
+}
+
 TEST(LinearKernels, RoundToBf16MatchesTheCodec) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
