@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "dayzero/core/check.h"
 #include "dayzero/kernels/cpu_features.h"
+#include "dayzero/kernels/linear_onednn.h"
 #include "dayzero/kernels/mla_attention.h"
 #include "dayzero/kernels/mla_attention_vec.h"
 
@@ -264,6 +266,30 @@ void mla_attention_absorbed(const ExecContext& ctx, const MlaCacheView& cache,
   });
 }
 
+namespace {
+
+// out [kKeyBlock, cols] = latents [kKeyBlock, r_kv] · Wᵀ for W [cols, r_kv] (W_UK or W_UV, all
+// heads), an FP32 GEMM through oneDNN: not rounded, so that the prefill form agrees with the
+// absorbed one to FP32 precision. Key by key this was a GEMV per head re-reading W from L2 (about
+// 9 % of a 512-token prefill of the V2-Lite shape on Zen 5). Primitives by (r_kv, cols), per
+// thread.
+void up_project(const ExecContext& ctx, const float* latents, const float* w, int64_t r_kv,
+                int64_t cols, float* out) {
+  thread_local std::map<int64_t, detail::MatmulCache> caches;  // by r_kv
+  detail::OmpThreads threads(ctx.num_threads);
+  caches[r_kv].run({.num_tokens = kKeyBlock,
+                    .in_features = r_kv,
+                    .cols = cols,
+                    .y_stride = cols,
+                    .f32 = true,
+                    .x = latents,
+                    .weights_desc = detail::tile_weights_desc(r_kv, cols, true),
+                    .weights = w,
+                    .y = out});
+}
+
+}  // namespace
+
 size_t mla_prefill_workspace_bytes(const ExecContext& ctx, const MlaCacheLayout& layout,
                                    const MlaQueryKeys& keys, int64_t num_heads, int64_t nope_dim,
                                    int64_t v_dim) {
@@ -274,6 +300,7 @@ size_t mla_prefill_workspace_bytes(const ExecContext& ctx, const MlaCacheLayout&
          align64(static_cast<size_t>(num_queries * keys.selection_width) * 4) +     // sorted
          align64(static_cast<size_t>(num_queries) * 8) +                            // cursors
          align64(static_cast<size_t>(kKeyBlock * width) * 4) +                      // records
+         align64(static_cast<size_t>(kKeyBlock * layout.latent_dim) * 4) +          // latents
          align64(static_cast<size_t>(num_heads * kKeyBlock * (nope_dim + v_dim)) * 4) +
          static_cast<size_t>(num_threads) * align64(static_cast<size_t>(3 * kKeyBlock) * 4);
 }
@@ -294,8 +321,9 @@ void mla_attention_prefill(const ExecContext& ctx, const MlaCacheView& cache,
   int32_t* sorted = carver.take<int32_t>(num_queries * sel_width);
   int64_t* cursors = carver.take<int64_t>(num_queries);
   float* records = carver.take<float>(kKeyBlock * width);
-  float* k_nope = carver.take<float>(num_heads * kKeyBlock * d_n);  // [H, kKeyBlock, d_n]
-  float* values = carver.take<float>(num_heads * kKeyBlock * d_v);  // [H, kKeyBlock, d_v]
+  float* latents = carver.take<float>(kKeyBlock * r_kv);            // c_kv of each record
+  float* k_nope = carver.take<float>(kKeyBlock * num_heads * d_n);  // [kKeyBlock, H, d_n]
+  float* values = carver.take<float>(kKeyBlock * num_heads * d_v);  // [kKeyBlock, H, d_v]
   float* thread_scratch = carver.take<float>(num_threads * 3 * kKeyBlock);
 
   // Key range [0, key_end); each query's selection sorted ascending with −1 dropped, so that a
@@ -332,20 +360,15 @@ void mla_attention_prefill(const ExecContext& ctx, const MlaCacheView& cache,
         needed = cursors[i] < sel_width && sorted[i * sel_width + cursors[i]] < block_end;
       if (!needed) continue;
     }
-    for (int64_t k = 0; k < block_keys; ++k)
+    for (int64_t k = 0; k < block_keys; ++k) {
       read_mla_record(cache.layout, cache.pool,
                       detail::mla_slot_of_position(cache, block_begin + k), records + k * width);
-    // k_nope_h = W_UK_h c_kv, v_h = W_UV_h c_kv for every key of the block, FP32 (not rounded, so
-    // that this form agrees with the absorbed one to FP32 precision).
-    parallel_for(ctx, num_heads, 1, [&](int64_t h_begin, int64_t h_end) {
-      for (int64_t h = h_begin; h < h_end; ++h)
-        for (int64_t k = 0; k < block_keys; ++k) {
-          ops.dot_rows(records + k * width, args.w_uk + h * d_n * r_kv, r_kv, d_n, r_kv,
-                       k_nope + (h * kKeyBlock + k) * d_n);
-          ops.dot_rows(records + k * width, args.w_uv + h * d_v * r_kv, r_kv, d_v, r_kv,
-                       values + (h * kKeyBlock + k) * d_v);
-        }
-    });
+      std::copy_n(records + k * width, r_kv, latents + k * r_kv);
+    }
+    // A short last block: the GEMMs below always take kKeyBlock rows (one primitive per shape).
+    std::fill(latents + block_keys * r_kv, latents + kKeyBlock * r_kv, 0.0f);
+    up_project(ctx, latents, args.w_uk, r_kv, num_heads * d_n, k_nope);
+    up_project(ctx, latents, args.w_uv, r_kv, num_heads * d_v, values);
     parallel_for(ctx, num_queries, 1, [&](int64_t q_begin, int64_t q_end) {
       const int64_t thread = omp_in_parallel() ? omp_get_thread_num() : 0;
       float* scores = thread_scratch + thread * 3 * kKeyBlock;
@@ -370,12 +393,12 @@ void mla_attention_prefill(const ExecContext& ctx, const MlaCacheView& cache,
         for (int64_t h = 0; h < num_heads; ++h) {
           const float* q_nope = args.q_nope + i * args.q_token_stride + h * args.q_head_stride;
           const float* q_pe = args.q_pe + i * args.q_token_stride + h * args.q_head_stride;
-          ops.dot_rows(q_nope, k_nope + h * kKeyBlock * d_n, d_n, num_keys, d_n, scores);
+          ops.dot_rows(q_nope, k_nope + h * d_n, num_heads * d_n, num_keys, d_n, scores);
           ops.dot_rows(q_pe, records + r_kv, width, num_keys, d_r, rope_scores);
           for (int64_t k = 0; k < num_keys; ++k)
             scores[k] =
                 allowed[k] != 0 ? (scores[k] + rope_scores[k]) * args.softmax_scale : kNegInf;
-          online_softmax_step(ops, scores, num_keys, values + h * kKeyBlock * d_v, d_v, d_v,
+          online_softmax_step(ops, scores, num_keys, values + h * d_v, num_heads * d_v, d_v,
                               st[num_heads * d_v + h], st[num_heads * d_v + num_heads + h],
                               st + h * d_v);
         }

@@ -3,9 +3,11 @@
 // rounding points, forced routing, taps. Routing decisions are compared only where the FP64 margin
 // exceeds 1e-5 (docs/models.md §8.1: FP32 router sums differ from FP64 by ~1e-7, so a smaller gap
 // could legitimately flip); block outputs use routing the test fixes, so they never hinge on a
-// near-tie. Output tolerance: relative RMS < 1e-3 against FP64 — the FP32 accumulations are ~1e-7,
+// near-tie. Output tolerance: relative RMS < 2e-3 against FP64 — the FP32 accumulations are ~1e-7,
 // but an intermediate that lands within that distance of a BF16 rounding boundary rounds the other
-// way (one BF16 ulp, 2^-8 relative, for ~1e-5 of the elements), well below 1e-3 in RMS.
+// way (one BF16 ulp, 2^-8 relative, for ~1e-5 of the elements). One such flip moves every output of
+// its token a little, and with one token (256 outputs) the final BF16 roundings it turns then add
+// up to ~1e-3 (1.1e-3 seen, seed 4155836191); a wrong expert, weight or scale is off by >= 1e-2.
 #include "dayzero/model/blocks/moe.h"
 
 #include <gtest/gtest.h>
@@ -23,7 +25,7 @@
 namespace dz::model {
 namespace {
 
-constexpr double kOutputTolerance = 1e-3;
+constexpr double kOutputTolerance = 2e-3;
 constexpr double kDecisionMargin = 1e-5;
 
 std::vector<float> random_bf16(std::mt19937& rng, int64_t num_elems, float stddev) {
