@@ -24,18 +24,10 @@
 #include "dayzero/kernels/linear_common.h"
 #include "dayzero/kernels/linear_kernels.h"
 #include "dayzero/kernels/transpose_avx512.h"
+#include "dayzero/kernels/unroll.h"
 
 namespace dz::kernels::detail {
 namespace {
-
-// Loops over tokens must be unrolled so that the accumulators stay in registers.
-#if defined(__clang__)
-#define DZ_FP8_UNROLL _Pragma("unroll")
-#elif defined(__GNUC__)
-#define DZ_FP8_UNROLL _Pragma("GCC unroll 8")
-#else
-#define DZ_FP8_UNROLL
-#endif
 
 // Software prefetch (kFp8GemvPrefetchL1Bytes / L2Bytes): 1 token, 1 thread, weights from DRAM,
 // CPU time, on the loaded machine (runs spread by ±15 %): no prefetch 6.0–6.3 GB/s, L1 only
@@ -56,21 +48,21 @@ void gemv_rows(const uint8_t* codes, const float* scale_inv, const formats::Fp8B
     const uint8_t* w = codes + i * in;
     const float* scale_row = scale_inv + (i / shape.block_rows) * num_scale_cols;
     __m512 total[kTokens];
-    DZ_FP8_UNROLL
+    DZ_UNROLL(8)
     for (int t = 0; t < kTokens; ++t) total[t] = _mm512_setzero_ps();
     for (int64_t kb = 0; kb < num_scale_cols; ++kb) {
       const int64_t col_begin = kb * block_cols;
       const int64_t col_end = col_begin + block_cols < in ? col_begin + block_cols : in;
       __m512 acc[kSplit][kTokens];
-      DZ_FP8_UNROLL
+      DZ_UNROLL(8)
       for (int s = 0; s < kSplit; ++s) {
-        DZ_FP8_UNROLL
+        DZ_UNROLL(8)
         for (int t = 0; t < kTokens; ++t) acc[s][t] = _mm512_setzero_ps();
       }
       const auto step = [&](int64_t j, __m512i c) {
         __m512i a, b;
         decoder.decode(c, a, b);
-        DZ_FP8_UNROLL
+        DZ_UNROLL(8)
         for (int t = 0; t < kTokens; ++t) {
           const uint16_t* xt = x + t * x_elems + j;
           acc[0][t] = _mm512_dpbf16_ps(acc[0][t], as_bh(a), as_bh(_mm512_load_si512(xt)));
@@ -89,13 +81,13 @@ void gemv_rows(const uint8_t* codes, const float* scale_inv, const formats::Fp8B
       if (j < col_end)
         step(j, _mm512_maskz_loadu_epi8((~uint64_t{0}) >> (64 - (col_end - j)), w + j));
       const __m512 scale = _mm512_set1_ps(scale_row[kb]);
-      DZ_FP8_UNROLL
+      DZ_UNROLL(8)
       for (int t = 0; t < kTokens; ++t) {
         const __m512 sum = kSplit == 2 ? _mm512_add_ps(acc[0][t], acc[kSplit - 1][t]) : acc[0][t];
         total[t] = _mm512_fmadd_ps(sum, scale, total[t]);
       }
     }
-    DZ_FP8_UNROLL
+    DZ_UNROLL(8)
     for (int t = 0; t < kTokens; ++t) y[t * out + i] = _mm512_reduce_add_ps(total[t]);
   }
 }

@@ -27,17 +27,10 @@
 #include "dayzero/kernels/linear_common.h"
 #include "dayzero/kernels/linear_kernels.h"
 #include "dayzero/kernels/mxfp4_amx_layout.h"
+#include "dayzero/kernels/unroll.h"
 
 namespace dz::kernels::detail {
 namespace {
-
-#if defined(__clang__)
-#define DZ_MXFP4_AMX_UNROLL _Pragma("unroll")
-#elif defined(__GNUC__)
-#define DZ_MXFP4_AMX_UNROLL _Pragma("GCC unroll 16")
-#else
-#define DZ_MXFP4_AMX_UNROLL
-#endif
 
 // Software prefetch distance and level: the decode runs near the DRAM rate of one core, so lines
 // must be requested well ahead. Measured on [3072, 3584] experts from DRAM (Intel, 1 and 2
@@ -59,7 +52,7 @@ alignas(64) constexpr std::array<uint16_t, 32> kE2m1Bf16Raised = [] {
 }();
 
 inline void prefetch_block(const uint8_t* src) {
-  DZ_MXFP4_AMX_UNROLL
+  DZ_UNROLL(16)
   for (int line = 0; line < 4; ++line)
     _mm_prefetch(reinterpret_cast<const char*>(src + kPrefetchBytes + 64 * line), _MM_HINT_T1);
 }
@@ -69,10 +62,10 @@ inline void prefetch_block(const uint8_t* src) {
 template <bool kFolded>
 inline void decode_block(const uint8_t* src, uint16_t* dst, __m512i table, __m512i lower) {
   prefetch_block(src);
-  DZ_MXFP4_AMX_UNROLL
+  DZ_UNROLL(16)
   for (int chunk = 0; chunk < 4; ++chunk) {
     const __m512i codes = _mm512_loadu_si512(src + 64 * chunk);
-    DZ_MXFP4_AMX_UNROLL
+    DZ_UNROLL(16)
     for (int q = 0; q < 4; ++q) {
       __m512i bits = _mm512_permutexvar_epi16(
           q == 0 ? codes : _mm512_srli_epi16(codes, static_cast<unsigned>(4 * q)), table);
@@ -135,7 +128,7 @@ struct GemvGroup {
   template <int kSlot>
   inline void accumulate(int64_t block) {
     const __m512 scale = block_scales(scales + block * kMxfp4AmxGroupRows);
-    DZ_MXFP4_AMX_UNROLL
+    DZ_UNROLL(16)
     for (int t = 0; t < kTokens; ++t)
       total[t] = _mm512_fmadd_ps(_mm512_load_ps(buffers->c[kSlot] + 16 * t), scale, total[t]);
   }
@@ -169,7 +162,7 @@ __attribute__((target("amx-tile,amx-bf16"))) void gemv_groups(
                          &buffers,
                          _mm512_load_si512(kE2m1Bf16.data()),
                          {}};
-    DZ_MXFP4_AMX_UNROLL
+    DZ_UNROLL(16)
     for (int t = 0; t < kTokens; ++t) g.total[t] = _mm512_setzero_ps();
     int64_t block = 0;
     for (; block + 4 <= num_blocks; block += 4) {
@@ -184,7 +177,7 @@ __attribute__((target("amx-tile,amx-bf16"))) void gemv_groups(
     const int64_t row = group * kMxfp4AmxGroupRows;
     const auto rows = static_cast<unsigned>(std::min(kMxfp4AmxGroupRows, out - row));
     const __mmask16 valid = static_cast<__mmask16>((1u << rows) - 1);
-    DZ_MXFP4_AMX_UNROLL
+    DZ_UNROLL(16)
     for (int t = 0; t < kTokens; ++t)
       _mm512_mask_storeu_ps(y + t * y_stride + row, valid, g.total[t]);
   }

@@ -15,6 +15,7 @@
 
 #include "dayzero/formats/decode_tables.h"
 #include "dayzero/kernels/linear_kernels.h"
+#include "dayzero/kernels/unroll.h"
 
 namespace dz::kernels::detail {
 namespace {
@@ -22,15 +23,6 @@ namespace {
 inline __m512bh as_bh(__m512i v) {
   return (__m512bh)v;  // same bits, BF16 lanes
 }
-
-// Loops over rows and tokens must be unrolled so that the accumulators stay in registers.
-#if defined(__clang__)
-#define DZ_MXFP4_UNROLL _Pragma("unroll")
-#elif defined(__GNUC__)
-#define DZ_MXFP4_UNROLL _Pragma("GCC unroll 8")
-#else
-#define DZ_MXFP4_UNROLL
-#endif
 
 // 2^(E−127) as FP32 bits from E8M0 codes in dwords: E << 23, except E = 0 → 0x00400000 (the
 // unsigned max picks it for 0 only).
@@ -65,9 +57,9 @@ inline void gemv_row_group(const uint8_t* packed, const uint8_t* scales, int64_t
   const uint8_t* w_rows = packed + row * row_bytes;
   const uint8_t* s_rows = scales + row * num_blocks;
   __m512 total[kRows][kTokens];
-  DZ_MXFP4_UNROLL
+  DZ_UNROLL(8)
   for (int r = 0; r < kRows; ++r) {
-    DZ_MXFP4_UNROLL
+    DZ_UNROLL(8)
     for (int t = 0; t < kTokens; ++t) total[r][t] = _mm512_setzero_ps();
   }
   // Step g of row r with its scale vector; the codes are loaded by the caller.
@@ -76,7 +68,7 @@ inline void gemv_row_group(const uint8_t* packed, const uint8_t* scales, int64_t
     const __m512i part1 = _mm512_permutexvar_epi16(_mm512_srli_epi16(codes, 4), table);
     const __m512i part2 = _mm512_permutexvar_epi16(_mm512_srli_epi16(codes, 8), table);
     const __m512i part3 = _mm512_permutexvar_epi16(_mm512_srli_epi16(codes, 12), table);
-    DZ_MXFP4_UNROLL
+    DZ_UNROLL(8)
     for (int t = 0; t < kTokens; ++t) {
       const uint16_t* xt = x + t * x_elems + 128 * g;
       __m512 dot =
@@ -89,14 +81,14 @@ inline void gemv_row_group(const uint8_t* packed, const uint8_t* scales, int64_t
   };
   int64_t g = 0;
   for (; g + 4 <= num_steps; g += 4) {
-    DZ_MXFP4_UNROLL
+    DZ_UNROLL(8)
     for (int r = 0; r < kRows; ++r) {
       const uint8_t* w = w_rows + r * row_bytes + 64 * g;
       const __m512i bits = scale_bits_from_codes(_mm512_slli_epi32(
           _mm512_cvtepu8_epi32(
               _mm_loadu_si128(reinterpret_cast<const __m128i*>(s_rows + r * num_blocks + 4 * g))),
           23));
-      DZ_MXFP4_UNROLL
+      DZ_UNROLL(8)
       for (int sub = 0; sub < 4; ++sub) {
         _mm_prefetch(reinterpret_cast<const char*>(w + 64 * sub + kMxfp4GemvPrefetchBytes),
                      _MM_HINT_T0);
@@ -109,7 +101,7 @@ inline void gemv_row_group(const uint8_t* packed, const uint8_t* scales, int64_t
   // The last steps (fewer than 4) and a partial one: scales of one step at a time.
   for (; g < num_steps || (g == num_steps && tail_blocks > 0); ++g) {
     const int num_step_blocks = g < num_steps ? 4 : tail_blocks;
-    DZ_MXFP4_UNROLL
+    DZ_UNROLL(8)
     for (int r = 0; r < kRows; ++r) {
       uint32_t scale_codes = 0;
       std::memcpy(&scale_codes, s_rows + r * num_blocks + 4 * g,
@@ -122,9 +114,9 @@ inline void gemv_row_group(const uint8_t* packed, const uint8_t* scales, int64_t
       step(g, r, codes, _mm512_castsi512_ps(bits));
     }
   }
-  DZ_MXFP4_UNROLL
+  DZ_UNROLL(8)
   for (int r = 0; r < kRows; ++r) {
-    DZ_MXFP4_UNROLL
+    DZ_UNROLL(8)
     for (int t = 0; t < kTokens; ++t) y[t * y_stride + row + r] = _mm512_reduce_add_ps(total[r][t]);
   }
 }

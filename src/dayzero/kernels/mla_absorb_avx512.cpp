@@ -19,18 +19,10 @@
 
 #include "dayzero/core/check.h"
 #include "dayzero/kernels/mla_absorb.h"
+#include "dayzero/kernels/unroll.h"
 
 namespace dz::kernels {
 namespace {
-
-// Loops over tokens and rows must be unrolled so that the accumulators stay in registers.
-#if defined(__clang__)
-#define DZ_ABSORB_UNROLL _Pragma("unroll")
-#elif defined(__GNUC__)
-#define DZ_ABSORB_UNROLL _Pragma("GCC unroll 8")
-#else
-#define DZ_ABSORB_UNROLL
-#endif
 
 // The weight rows a tile reads next are requested ahead: absorb_q reads 64-column slices of rows
 // 2 KiB apart, expand_o rows in tiles of four. With few tokens the kernels wait on DRAM; measured
@@ -59,9 +51,9 @@ template <int NT>
 void absorb_tile(const float* const* q, const float* w, int64_t d_n, int64_t r_kv,
                  float* const* dst) {
   __m512 acc[NT][4];
-  DZ_ABSORB_UNROLL
+  DZ_UNROLL(8)
   for (int t = 0; t < NT; ++t) {
-    DZ_ABSORB_UNROLL
+    DZ_UNROLL(8)
     for (int c = 0; c < 4; ++c) acc[t][c] = _mm512_setzero_ps();
   }
   for (int64_t k = 0; k < d_n; ++k) {
@@ -72,7 +64,7 @@ void absorb_tile(const float* const* q, const float* w, int64_t d_n, int64_t r_k
                      _MM_HINT_T0);
     const __m512 w0 = _mm512_loadu_ps(w_row), w1 = _mm512_loadu_ps(w_row + 16);
     const __m512 w2 = _mm512_loadu_ps(w_row + 32), w3 = _mm512_loadu_ps(w_row + 48);
-    DZ_ABSORB_UNROLL
+    DZ_UNROLL(8)
     for (int t = 0; t < NT; ++t) {
       const __m512 b = _mm512_set1_ps(q[t][k]);
       acc[t][0] = _mm512_fmadd_ps(b, w0, acc[t][0]);
@@ -89,29 +81,29 @@ void absorb_tile(const float* const* q, const float* w, int64_t d_n, int64_t r_k
 template <int NT>
 void expand_tile(const float* w, int64_t r_kv, const float* const* lat, float* const* dst) {
   __m512 acc[kORows][NT];
-  DZ_ABSORB_UNROLL
+  DZ_UNROLL(8)
   for (int r = 0; r < kORows; ++r) {
-    DZ_ABSORB_UNROLL
+    DZ_UNROLL(8)
     for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
   }
   for (int64_t j = 0; j < r_kv; j += 16) {
     __m512 wr[kORows];
-    DZ_ABSORB_UNROLL
+    DZ_UNROLL(8)
     for (int r = 0; r < kORows; ++r) {
       _mm_prefetch(reinterpret_cast<const char*>(w + (r + kExpandPrefetchRows) * r_kv + j),
                    _MM_HINT_T0);
       wr[r] = _mm512_loadu_ps(w + r * r_kv + j);
     }
-    DZ_ABSORB_UNROLL
+    DZ_UNROLL(8)
     for (int t = 0; t < NT; ++t) {
       const __m512 l = _mm512_loadu_ps(lat[t] + j);
-      DZ_ABSORB_UNROLL
+      DZ_UNROLL(8)
       for (int r = 0; r < kORows; ++r) acc[r][t] = _mm512_fmadd_ps(wr[r], l, acc[r][t]);
     }
   }
-  DZ_ABSORB_UNROLL
+  DZ_UNROLL(8)
   for (int r = 0; r < kORows; ++r) {
-    DZ_ABSORB_UNROLL
+    DZ_UNROLL(8)
     for (int t = 0; t < NT; ++t) dst[t][r] = _mm512_reduce_add_ps(acc[r][t]);
   }
 }
