@@ -11,7 +11,7 @@
 #include <immintrin.h>
 
 #include <array>
-#include <cstring>
+#include <type_traits>
 
 #include "dayzero/formats/decode_tables.h"
 #include "dayzero/kernels/linear_kernels.h"
@@ -30,40 +30,31 @@ inline __m512i scale_bits_from_codes(__m512i codes_shl_23) {
   return _mm512_max_epu32(codes_shl_23, _mm512_set1_epi32(0x00400000));
 }
 
-// kRows rows starting at `row`, kTokens tokens; x holds the tokens' activations in the GEMV layout
-// (linear_kernels.h), x_elems apart. One step reads 64 bytes (4 blocks, 128 elements) of a row as
-// 32 words: word k holds elements 4k … 4k + 3 in its four nibbles, and VPERMW on the word shifted
-// by 0, 4, 8, 12 bits gives part q (element 4k + q) of every word — no widening shuffle needed.
-// The kernel is bound by port 5 (VPERMW, VPERMD and VDPBF16PS, which measured ≈ 2 cycles of
-// throughput and competes with VPERMW here), so all three shifts are VPSRLW on port 0 (a VPSHUFB
-// for the 8-bit one ran 5 % slower with the weights in L2). Lane j of a VDPBF16PS result sums
-// elements 8j … 8j + 7 over the four parts, so lanes 4b … 4b + 3 belong to block b and one scale
-// vector applies all four blocks' 2^(E−127) after the dot. Scales are decoded 16 blocks at a time
-// and spread over the lanes of each of the 4 steps by VPERMD.
-template <int kTokens, int kRows>
-inline void gemv_row_group(const uint8_t* packed, const uint8_t* scales, int64_t in,
-                           const uint16_t* x, int64_t x_elems, float* y, int64_t y_stride,
-                           int64_t row) {
-  const int64_t row_bytes = in / 2, num_blocks = in / 32, num_steps = num_blocks / 4;
-  const int tail_blocks = static_cast<int>(num_blocks % 4);
+// One row, kTokens tokens; x holds the tokens' activations in the GEMV layout (linear_kernels.h),
+// x_elems apart. One step reads 64 bytes (4 blocks, 128 elements) of the row as 32 words: word k
+// holds elements 4k … 4k + 3 in its four nibbles, and VPERMW on the word shifted by 0, 4, 8, 12
+// bits gives part q (element 4k + q) of every word — no widening shuffle needed. The kernel is
+// bound by port 5 (VPERMW, VPERMD and VDPBF16PS, which measured ≈ 2 cycles of throughput and
+// competes with VPERMW here), so all three shifts are VPSRLW on port 0 (a VPSHUFB for the 8-bit one
+// ran 5 % slower with the weights in L2). Lane j of a VDPBF16PS result sums elements 8j … 8j + 7
+// over the four parts, so lanes 4b … 4b + 3 belong to block b and one scale vector applies all
+// four blocks' 2^(E−127) after the dot. Scales are decoded 16 blocks (a quad of 4 steps) at a time
+// and spread over the lanes of each step by VPERMD. The last quad may be partial: its missing
+// blocks load as code 0 (BF16 +0 against zero-padded activations) with scale code 0.
+template <int kTokens>
+inline void gemv_row(const uint8_t* packed, const uint8_t* scales, int64_t in, const uint16_t* x,
+                     int64_t x_elems, float* y, int64_t y_stride, int64_t row) {
+  const int64_t row_bytes = in / 2, num_blocks = in / 32;
   const __m512i table = _mm512_load_si512(kE2m1Bf16.data());
   // Lane j of step `sub` of a quad ← block 4 · sub + j / 4.
   const __m512i quad_lanes = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-  // Byte L of the broadcast 4 scale codes into the top byte of every dword of 128-bit lane L.
-  const __m512i scale_shuffle =
-      _mm512_set_epi32(0x03808080, 0x03808080, 0x03808080, 0x03808080, 0x02808080, 0x02808080,
-                       0x02808080, 0x02808080, 0x01808080, 0x01808080, 0x01808080, 0x01808080,
-                       0x00808080, 0x00808080, 0x00808080, 0x00808080);
-  const uint8_t* w_rows = packed + row * row_bytes;
-  const uint8_t* s_rows = scales + row * num_blocks;
-  __m512 total[kRows][kTokens];
+  const uint8_t* w_row = packed + row * row_bytes;
+  const uint8_t* s_row = scales + row * num_blocks;
+  __m512 total[kTokens];
   DZ_UNROLL(8)
-  for (int r = 0; r < kRows; ++r) {
-    DZ_UNROLL(8)
-    for (int t = 0; t < kTokens; ++t) total[r][t] = _mm512_setzero_ps();
-  }
-  // Step g of row r with its scale vector; the codes are loaded by the caller.
-  const auto step = [&](int64_t g, int r, __m512i codes, __m512 scale) {
+  for (int t = 0; t < kTokens; ++t) total[t] = _mm512_setzero_ps();
+  // Step g with its scale vector; the codes are loaded by the caller.
+  const auto step = [&](int64_t g, __m512i codes, __m512 scale) {
     const __m512i part0 = _mm512_permutexvar_epi16(codes, table);
     const __m512i part1 = _mm512_permutexvar_epi16(_mm512_srli_epi16(codes, 4), table);
     const __m512i part2 = _mm512_permutexvar_epi16(_mm512_srli_epi16(codes, 8), table);
@@ -76,63 +67,50 @@ inline void gemv_row_group(const uint8_t* packed, const uint8_t* scales, int64_t
       dot = _mm512_dpbf16_ps(dot, as_bh(part1), as_bh(_mm512_load_si512(xt + 32)));
       dot = _mm512_dpbf16_ps(dot, as_bh(part2), as_bh(_mm512_load_si512(xt + 64)));
       dot = _mm512_dpbf16_ps(dot, as_bh(part3), as_bh(_mm512_load_si512(xt + 96)));
-      total[r][t] = _mm512_fmadd_ps(dot, scale, total[r][t]);
+      total[t] = _mm512_fmadd_ps(dot, scale, total[t]);
     }
   };
-  int64_t g = 0;
-  for (; g + 4 <= num_steps; g += 4) {
+  // Quad q: 16 blocks (kFull) or the last one's `blocks`.
+  const auto quad = [&]<bool kFull>(std::bool_constant<kFull>, int64_t q, int64_t blocks) {
+    const uint8_t* w = w_row + 256 * q;
+    __m128i codes16;
+    if constexpr (kFull)
+      codes16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s_row + 16 * q));
+    else
+      codes16 = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << blocks) - 1), s_row + 16 * q);
+    const __m512i bits =
+        scale_bits_from_codes(_mm512_slli_epi32(_mm512_cvtepu8_epi32(codes16), 23));
     DZ_UNROLL(8)
-    for (int r = 0; r < kRows; ++r) {
-      const uint8_t* w = w_rows + r * row_bytes + 64 * g;
-      const __m512i bits = scale_bits_from_codes(_mm512_slli_epi32(
-          _mm512_cvtepu8_epi32(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(s_rows + r * num_blocks + 4 * g))),
-          23));
-      DZ_UNROLL(8)
-      for (int sub = 0; sub < 4; ++sub) {
-        _mm_prefetch(reinterpret_cast<const char*>(w + 64 * sub + kMxfp4GemvPrefetchBytes),
-                     _MM_HINT_T0);
-        const __m512 scale = _mm512_castsi512_ps(_mm512_permutexvar_epi32(
-            _mm512_add_epi32(quad_lanes, _mm512_set1_epi32(4 * sub)), bits));
-        step(g + sub, r, _mm512_loadu_si512(w + 64 * sub), scale);
-      }
+    for (int sub = 0; sub < 4; ++sub) {
+      const int64_t step_blocks = kFull ? 4 : blocks - 4 * sub;
+      if (step_blocks <= 0) break;
+      _mm_prefetch(reinterpret_cast<const char*>(w + 64 * sub + kMxfp4GemvPrefetchBytes),
+                   _MM_HINT_T0);
+      const __m512 scale = _mm512_castsi512_ps(
+          _mm512_permutexvar_epi32(_mm512_add_epi32(quad_lanes, _mm512_set1_epi32(4 * sub)), bits));
+      const __m512i codes =
+          step_blocks >= 4
+              ? _mm512_loadu_si512(w + 64 * sub)
+              : _mm512_maskz_loadu_epi8((~uint64_t{0}) >> (64 - 16 * step_blocks), w + 64 * sub);
+      step(4 * q + sub, codes, scale);
     }
-  }
-  // The last steps (fewer than 4) and a partial one: scales of one step at a time.
-  for (; g < num_steps || (g == num_steps && tail_blocks > 0); ++g) {
-    const int num_step_blocks = g < num_steps ? 4 : tail_blocks;
-    DZ_UNROLL(8)
-    for (int r = 0; r < kRows; ++r) {
-      uint32_t scale_codes = 0;
-      std::memcpy(&scale_codes, s_rows + r * num_blocks + 4 * g,
-                  static_cast<size_t>(num_step_blocks));
-      const __m512i bits = scale_bits_from_codes(_mm512_srli_epi32(
-          _mm512_shuffle_epi8(_mm512_set1_epi32(static_cast<int32_t>(scale_codes)), scale_shuffle),
-          1));
-      const __m512i codes = _mm512_maskz_loadu_epi8((~uint64_t{0}) >> (64 - 16 * num_step_blocks),
-                                                    w_rows + r * row_bytes + 64 * g);
-      step(g, r, codes, _mm512_castsi512_ps(bits));
-    }
-  }
+  };
+  int64_t q = 0;
+  for (; 16 * (q + 1) <= num_blocks; ++q) quad(std::true_type{}, q, 16);
+  if (16 * q < num_blocks) quad(std::false_type{}, q, num_blocks - 16 * q);
   DZ_UNROLL(8)
-  for (int r = 0; r < kRows; ++r) {
-    DZ_UNROLL(8)
-    for (int t = 0; t < kTokens; ++t) y[t * y_stride + row + r] = _mm512_reduce_add_ps(total[r][t]);
-  }
+  for (int t = 0; t < kTokens; ++t) y[t * y_stride + row] = _mm512_reduce_add_ps(total[t]);
 }
 
+// One row at a time: one sequential DRAM stream (4 interleaved rows ran at 5.3 GB/s, one at 7.7,
+// before the far prefetch; 2 rows with it measured 10–30 % slower on Zen 5); the steps of a row are
+// independent but for one FMA each.
 template <int kTokens>
 void gemv_rows(const uint8_t* packed, const uint8_t* scales, int64_t in, const uint16_t* x,
                float* y, int64_t y_stride, int64_t row_begin, int64_t row_end) {
-  // One row at a time: one sequential DRAM stream (4 interleaved rows ran at 5.3 GB/s, one at
-  // 7.7, before the far prefetch); the steps of a row are independent but for one FMA each.
-  constexpr int kRows = 1;
   const int64_t x_elems = mxfp4_gemv_x_elems(in);
-  int64_t row = row_begin;
-  for (; row + kRows <= row_end; row += kRows)
-    gemv_row_group<kTokens, kRows>(packed, scales, in, x, x_elems, y, y_stride, row);
-  for (; row < row_end; ++row)
-    gemv_row_group<kTokens, 1>(packed, scales, in, x, x_elems, y, y_stride, row);
+  for (int64_t row = row_begin; row < row_end; ++row)
+    gemv_row<kTokens>(packed, scales, in, x, x_elems, y, y_stride, row);
 }
 
 }  // namespace

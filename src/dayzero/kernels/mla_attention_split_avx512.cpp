@@ -24,6 +24,7 @@
 #include "dayzero/kernels/exp_avx512.h"
 #include "dayzero/kernels/mla_attention_vec.h"
 #include "dayzero/kernels/transpose_avx512.h"
+#include "dayzero/kernels/unroll.h"
 
 namespace dz::kernels::detail {
 namespace {
@@ -162,24 +163,6 @@ void write_accumulators(const Dims& d, const float* acc, const int32_t* column_c
       }
 }
 
-// Sixteen vectors → one vector of their sums. Slot 4·i + j holds the sum for output j·4 + i
-// (levels: 128-bit lanes, pairs of lanes, then within lanes twice), so that output o = 4·h + k of
-// a block of heads h and keys k comes from accumulator slot h + 4·k.
-inline __m512 reduce16(const __m512 (&v)[16]) {
-  __m512 w[8], x[4], y[2];
-  for (int i = 0; i < 8; ++i)
-    w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
-                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
-  for (int i = 0; i < 4; ++i)
-    x[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x88),
-                         _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xDD));
-  for (int i = 0; i < 2; ++i)
-    y[i] = _mm512_add_ps(_mm512_shuffle_ps(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_ps(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  return _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
 constexpr int kProbTerms = 3;  // BF16 terms of a probability
 
 // formats::encode_bf16 of 16 values (round to nearest even, subnormals kept, NaN → 0x7FC0).
@@ -273,17 +256,21 @@ int64_t gather_tile(const MlaSplit& split, const Dims& d, const E4m3Bf16Decoder&
 //
 // CPUs without AMX: FP32 products (VDPBF16PS would need three BF16 terms per factor for FP32
 // accuracy, slower than FP32 FMAs on every AVX-512 CPU we run on), every head against each tile:
-//   scores  S[h, k] = q_h · r_k: 4 heads × 4 keys per register block along the channels, then
-//           one 16-way horizontal reduction per block;
+//   scores  S[h, k] = q_h · r_k: 16 heads in the vector lanes (q transposed), each record value
+//           broadcast into one FMA per key of the tile, then one 16 × 16 transpose;
 //   values  acc_h += Σ_k P[h, k] r_k(c_kv): 8 heads × 32 columns per register block, the
 //           probability broadcast.
 
-constexpr int64_t kFp32Keys = 16;  // records per tile: 16 × 576 FP32 stay in L1
-constexpr int64_t kHeadBlock = 8;  // heads per register block of the value product
+constexpr int64_t kFp32Keys = 16;    // records per tile: 16 × 576 FP32 stay in L1
+constexpr int64_t kHeadBlock = 8;    // heads per register block of the value product
+constexpr int64_t kScoreHeads = 16;  // heads per vector of the scores
+// Channels each lane of a score sums in order before the partial sums are added: an FP32 error
+// of ≈ 2^-24·(√64 + √(width/64)) relative, as small as a reduction tree's.
+constexpr int64_t kScoreChunk = 64;
 
 struct Fp32Scratch {
-  int64_t padded_heads = 0;  // a multiple of kHeadBlock (and of 4)
-  float* q;                  // [padded_heads, padded_width] tile column order
+  int64_t padded_heads = 0;  // a multiple of kScoreHeads (and so of kHeadBlock)
+  float* q;                  // [padded_width, padded_heads]: column-major, tile column order
   uint16_t* row;             // [padded_width] one record in BF16
   float* tile;               // [kFp32Keys, padded_width] records
   float* scores;             // [padded_heads, kFp32Keys]
@@ -291,7 +278,7 @@ struct Fp32Scratch {
   int32_t* column_channel;   // [padded_width] channel of each tile column, −1 padding
 
   void lay_out(ScratchLayout& layout, const Dims& d, int64_t num_heads) {
-    padded_heads = round_up(num_heads, kHeadBlock);
+    padded_heads = round_up(num_heads, kScoreHeads);
     q = layout.take<float>(padded_heads * d.padded_width);
     row = layout.take<uint16_t>(d.padded_width);
     tile = layout.take<float>(kFp32Keys * d.padded_width);
@@ -302,7 +289,7 @@ struct Fp32Scratch {
 };
 
 // The next tile of up to kFp32Keys valid keys as FP32 rows (through the exact BF16 decode);
-// rows up to a multiple of 4 past the last key are zero.
+// the rows past the last key are zero.
 int64_t gather_fp32_tile(const MlaSplit& split, const Dims& d, const E4m3Bf16Decoder& decoder,
                          const Fp32Scratch& s, int64_t& j) {
   const MlaCacheView& cache = *split.cache;
@@ -321,33 +308,32 @@ int64_t gather_fp32_tile(const MlaSplit& split, const Dims& d, const E4m3Bf16Dec
                                     16)));
     ++num_keys;
   }
-  std::fill(s.tile + num_keys * w, s.tile + round_up(num_keys, 4) * w, 0.0f);
+  std::fill(s.tile + num_keys * w, s.tile + kFp32Keys * w, 0.0f);
   return num_keys;
 }
 
-void fp32_scores(const Dims& d, const Fp32Scratch& s, int64_t num_keys) {
+// Every key of the tile (the rows past the last one are zero) against every head: each q and record
+// value is loaded once per block of 16 heads, and no sum crosses lanes until the transpose.
+void fp32_scores(const Dims& d, const Fp32Scratch& s) {
   const int64_t w = d.padded_width;
-  for (int64_t h0 = 0; h0 < s.padded_heads; h0 += 4) {
-    for (int64_t k0 = 0; k0 < num_keys; k0 += 4) {
-      __m512 acc[16];
-      for (auto& a : acc) a = _mm512_setzero_ps();
-      const float* q = s.q + h0 * w;
-      const float* r = s.tile + k0 * w;
-      for (int64_t c = 0; c < w; c += 16) {
-        __m512 qv[4];
-        for (int i = 0; i < 4; ++i) qv[i] = _mm512_loadu_ps(q + i * w + c);
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j) {
-          const __m512 rv = _mm512_loadu_ps(r + j * w + c);
-#pragma GCC unroll 4
-          for (int i = 0; i < 4; ++i) acc[i + 4 * j] = _mm512_fmadd_ps(qv[i], rv, acc[i + 4 * j]);
-        }
+  for (int64_t h0 = 0; h0 < s.padded_heads; h0 += kScoreHeads) {
+    alignas(64) float sums[kFp32Keys][kScoreHeads] = {};  // [key][head]
+    for (int64_t c0 = 0; c0 < w; c0 += kScoreChunk) {
+      const int64_t c1 = std::min(c0 + kScoreChunk, w);
+      __m512 acc[kFp32Keys];
+      DZ_UNROLL(16)
+      for (int k = 0; k < kFp32Keys; ++k) acc[k] = _mm512_setzero_ps();
+      for (int64_t c = c0; c < c1; ++c) {
+        const __m512 qv = _mm512_load_ps(s.q + c * s.padded_heads + h0);
+        DZ_UNROLL(16)
+        for (int k = 0; k < kFp32Keys; ++k)
+          acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(s.tile[k * w + c]), qv, acc[k]);
       }
-      alignas(64) float sums[16];  // element 4·i + j: head h0 + i, key k0 + j
-      _mm512_store_ps(sums, reduce16(acc));
-      for (int i = 0; i < 4; ++i)
-        std::memcpy(s.scores + (h0 + i) * kFp32Keys + k0, sums + 4 * i, 4 * sizeof(float));
+      DZ_UNROLL(16)
+      for (int k = 0; k < kFp32Keys; ++k)
+        _mm512_store_ps(sums[k], _mm512_add_ps(_mm512_load_ps(sums[k]), acc[k]));
     }
+    transpose16(&sums[0][0], kScoreHeads, s.scores + h0 * kFp32Keys, kFp32Keys);
   }
 }
 
@@ -597,11 +583,12 @@ void mla_split_fp32_avx512(const MlaSplit& split, std::span<std::byte> scratch) 
   s.lay_out(carve, d, split.num_heads);
   const int64_t w = d.padded_width;
   fill_column_channels(layout, d, s.column_channel);
-  // q in tile column order; padding heads and columns zero (their scores are never used).
-  std::fill_n(s.q, s.padded_heads * w, 0.0f);
-  for (int64_t h = 0; h < split.num_heads; ++h)
-    for (int64_t j = 0; j < d.width; ++j)
-      s.q[h * w + j] = split.q_cat[h * d.width + s.column_channel[j]];
+  // q transposed, in tile column order; padding heads and columns zero (their scores are never
+  // used).
+  std::fill_n(s.q, w * s.padded_heads, 0.0f);
+  for (int64_t j = 0; j < d.width; ++j)
+    for (int64_t h = 0; h < split.num_heads; ++h)
+      s.q[j * s.padded_heads + h] = split.q_cat[h * d.width + s.column_channel[j]];
   std::fill_n(s.scores, s.padded_heads * kFp32Keys, 0.0f);
   std::fill_n(s.acc, s.padded_heads * d.padded_latent, 0.0f);
   std::fill_n(split.m, split.num_heads, kNegInf);
@@ -611,7 +598,7 @@ void mla_split_fp32_avx512(const MlaSplit& split, std::span<std::byte> scratch) 
   for (int64_t j = split.entry_begin; j < split.entry_end;) {
     const int64_t num_keys = gather_fp32_tile(split, d, decoder, s, j);
     if (num_keys == 0) continue;
-    fp32_scores(d, s, num_keys);
+    fp32_scores(d, s);
     fp32_softmax(d, s, split, num_keys);
     fp32_values(d, s, num_keys);
   }
