@@ -15,7 +15,8 @@ namespace dz::kernels {
 
 namespace {
 
-// GEMV below this many tokens (one pass of detail::kFp8GemvMaxTokens reads the weights once): its
+// GEMV below this many tokens (at most detail::kFp8GemvMaxTokens per pass, fewer where their
+// activations would not fit L1: detail::gemv_tokens_per_pass; each pass reads the weights): its
 // cost grows by ≈ 2 VDPBF16PS per 64 codes per token, while the tile path pays a fixed
 // dequantization (byte tables, ≈ DRAM-bound) and per-tile oneDNN calls, then runs on AMX.
 // Measured on [2048, 7168], 1 thread, CPU time, loaded machine (±30 % between runs), two

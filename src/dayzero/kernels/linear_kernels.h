@@ -126,9 +126,10 @@ alignas(64) inline constexpr std::array<uint16_t, 32> kE2m1Bf16 = {
 
 // Most tokens one GEMV pass keeps in registers.
 inline constexpr int64_t kMxfp4GemvMaxTokens = 8;
-// The GEMV requests each line of weights into L1 this far ahead (its own rate is barely above one
-// core's DRAM rate, so memory must be requested far ahead to overlap: measured on a [3072, 3584]
-// set, 256 B ahead gave 5.3 GB/s, 4 KiB 8.5, 16 KiB 9.0, 32 KiB no better).
+// The GEMV and the tile dequantization request each line of weights into L1 this far ahead (the
+// GEMV's own rate is barely above one core's DRAM rate, so memory must be requested far ahead to
+// overlap: measured on a [3072, 3584] set, 256 B ahead gave 5.3 GB/s, 4 KiB 8.5, 16 KiB 9.0,
+// 32 KiB no better).
 inline constexpr int64_t kMxfp4GemvPrefetchBytes = 16384;
 
 // The GEMV's activation layout: per 128 elements (four blocks), BF16 codes in four parts of 32,

@@ -314,18 +314,19 @@ TEST(LinearWeight, Fp8GemvInTokenPassesMatchesFp64) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
-  Fp8Weight fp8 = random_fp8(rng, 40, 6144, 128, 128, false);
+  const int64_t out = 40, in = 6144;
+  Fp8Weight fp8 = random_fp8(rng, out, in, 128, 128, false);
   Result<LinearWeight> weight = load(fp8);
   ASSERT_TRUE(weight.ok());
   for (int64_t tokens = 2; tokens <= detail::kFp8GemvMaxTokens; ++tokens) {
-    const std::vector<float> x = random_normal(rng, tokens * 6144);
-    std::vector<float> y(static_cast<size_t>(tokens * 40));
+    const std::vector<float> x = random_normal(rng, tokens * in);
+    std::vector<float> y(static_cast<size_t>(tokens * out));
     weight->forward(ExecContext{2}, x.data(), tokens, y.data());
     EXPECT_LT(forward_rel_rms(*weight, x, tokens, y), kFp32Tolerance) << tokens;
     for (int64_t t = 0; t < tokens; ++t) {
-      std::vector<float> alone(40);
-      weight->forward(ExecContext{2}, x.data() + t * 6144, 1, alone.data());
-      EXPECT_LT(rel_rms(std::vector<float>(y.begin() + t * 40, y.begin() + (t + 1) * 40), alone),
+      std::vector<float> alone(static_cast<size_t>(out));
+      weight->forward(ExecContext{2}, x.data() + t * in, 1, alone.data());
+      EXPECT_LT(rel_rms(std::vector<float>(y.begin() + t * out, y.begin() + (t + 1) * out), alone),
                 kFp32Tolerance)
           << "token " << t << " of " << tokens;
     }
