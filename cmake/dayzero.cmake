@@ -29,7 +29,8 @@ if(DZ_TSAN)
 endif()
 
 # dz_layer(NAME DEPS <libs...>) builds every *.cpp of the current folder (and its sub-folders) into
-# the static library dz_NAME, except *_test.cpp, which become the GoogleTest program dz_NAME_tests.
+# the static library dz_NAME, except *_test.cpp, which become the GoogleTest program dz_NAME_tests,
+# and *_mpitest.cpp (multi-rank tests, built by the layer's own CMakeLists).
 # Files named *_avx512.cpp are compiled with the AVX-512 flags; nothing else is, so the reference
 # code stays portable and the dispatcher (kernels/) decides at run time.
 function(dz_layer name)
@@ -37,6 +38,8 @@ function(dz_layer name)
   file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
   set(tests ${sources})
   list(FILTER sources EXCLUDE REGEX "_test\\.cpp$")
+  # *_mpitest.cpp are multi-rank GoogleTest programs the layer's own CMakeLists runs under mpirun.
+  list(FILTER sources EXCLUDE REGEX "_mpitest\\.cpp$")
   list(FILTER tests INCLUDE REGEX "_test\\.cpp$")
   if(sources)
     add_library(dz_${name} STATIC ${sources})
@@ -63,4 +66,15 @@ function(dz_layer name)
     gtest_discover_tests(dz_${name}_tests DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60
       PROPERTIES LABELS "unit")
   endif()
+endfunction()
+
+# dz_add_mpi_test(NAME RANKS COMMAND...) runs COMMAND under mpirun with RANKS ranks on this machine
+# (shared memory transport, no binding, more ranks than cores allowed), one OpenMP thread each.
+# Labelled "mpi": not part of the sanitizer runs (`-L unit`).
+set(DZ_MPIRUN_FLAGS --oversubscribe --bind-to none --mca btl self,vader
+    --mca btl_vader_single_copy_mechanism none -x OMP_NUM_THREADS=1)
+function(dz_add_mpi_test name ranks)
+  add_test(NAME ${name} COMMAND ${MPIEXEC_EXECUTABLE} -np ${ranks} ${DZ_MPIRUN_FLAGS} ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS "mpi" TIMEOUT 300
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
 endfunction()
