@@ -11,6 +11,9 @@ using RunCommand = std::function<int()>;
 
 // `dayzero inspect DIR`: architecture, layer schedule, parameters and bytes by component and dtype.
 RunCommand add_inspect_command(CLI::App& app);
+// `dayzero analyze CONFIG_OR_DIR [--tp T] [--ep E] [--cp C] [--context L] [--batch B] [--json]`:
+// what a config needs (layers, memory and communication per rank, supported operators).
+RunCommand add_analyze_command(CLI::App& app);
 // `dayzero bench ...`: `limits` measures the machine; later issues add operator benchmarks.
 RunCommand add_bench_command(CLI::App& app);
 // `dayzero tokenize --model DIR (--text T | --ids 1,2,3 | --batch FILE.json)`.

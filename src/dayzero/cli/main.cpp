@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
     commands.emplace_back(app.get_subcommands({}).at(before), std::move(run));
   };
   add(dz::cli::add_inspect_command);
+  add(dz::cli::add_analyze_command);
   add(dz::cli::add_bench_command);
   add(dz::cli::add_tokenize_command);
   add(dz::cli::add_logits_command);

@@ -68,6 +68,12 @@ int64_t wire_type_bytes(WireType type) {
   return 1;
 }
 
+int64_t all_reduce_received_bytes(int64_t n, int ranks, int rank, WireType wire) {
+  if (ranks == 1) return 0;
+  const int64_t mine = even_split(n, ranks)[static_cast<size_t>(rank)];
+  return ((ranks - 1) * mine + (n - mine)) * wire_type_bytes(wire);
+}
+
 std::vector<int64_t> even_split(int64_t n, int parts) {
   DZ_CHECK(parts > 0 && n >= 0, "even_split({}, {})", n, parts);
   std::vector<int64_t> sizes(static_cast<size_t>(parts), n / parts);
@@ -105,7 +111,6 @@ void Comm::all_reduce_sum(std::span<float> data, int layer, WireType wire) {
   const std::vector<int64_t> chunks = even_split(n, ranks);
   const int64_t mine = chunks[static_cast<size_t>(rank())];
   const std::vector<int64_t> recv_counts(static_cast<size_t>(ranks), mine);
-  const int64_t elem = wire_type_bytes(wire);
 
   std::vector<float> reduced(static_cast<size_t>(mine), 0.0f);
   if (wire == WireType::kF32) {
@@ -132,10 +137,9 @@ void Comm::all_reduce_sum(std::span<float> data, int layer, WireType wire) {
     do_all_gather(mine_bf16.data(), send.data(), chunks, wire, CommOp::kAllReduce, layer);
     for (int64_t i = 0; i < n; ++i) data[i] = formats::decode_bf16(send[static_cast<size_t>(i)]);
   }
-  // Received: every other rank's part of my chunk, then every other chunk.
-  const int64_t received = ((ranks - 1) * mine + (n - mine)) * elem;
-  const int64_t sent = ((n - mine) + (ranks - 1) * mine) * elem;
-  stats_.add({layer, CommOp::kAllReduce}, sent, received);
+  // Sent: every other chunk, then mine to every other rank: as much as is received.
+  const int64_t received = all_reduce_received_bytes(n, ranks, rank(), wire);
+  stats_.add({layer, CommOp::kAllReduce}, received, received);
 }
 
 void Comm::all_gather(std::span<const std::byte> send, std::span<std::byte> recv,

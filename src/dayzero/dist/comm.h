@@ -136,6 +136,11 @@ class SoloComm final : public Comm {
                  int root, int layer) override;
 };
 
+// Bytes `rank` receives from the others in all_reduce_sum of n elements over `ranks` ranks: the
+// other ranks' parts of its chunk, then every other chunk; 2 (N-1)/N · n · s where N divides n
+// (docs/parallel.md §8).
+int64_t all_reduce_received_bytes(int64_t n, int ranks, int rank, WireType wire);
+
 // Splits n elements into `parts` contiguous chunks as evenly as possible (the first n % parts one
 // longer): how all-reduce and the even splits of the model cut a row.
 std::vector<int64_t> even_split(int64_t n, int parts);

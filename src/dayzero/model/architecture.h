@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "dayzero/core/status.h"
 #include "dayzero/formats/hf_config.h"
@@ -30,6 +32,36 @@ struct RecipeInput {
   std::string tensor_prefix;   // prepended to every tensor name ("language_model." for kimi_k3)
 };
 
+// The sizes that planning reads (parallel plans, `dayzero analyze`), whatever the recipe. Zero
+// where the model has no such part (no indexer: index_n_heads 0; no KDA: kda_heads 0).
+struct ModelDims {
+  int64_t hidden_size = 0;
+  int64_t vocab_size = 0;
+  int64_t dense_intermediate_size = 0;  // dense MLP layers
+  // MLA: heads and the cached latent (kv_lora_rank values, then qk_rope_head_dim rope values).
+  int64_t mla_heads = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t qk_rope_head_dim = 0;
+  bool mla_uses_rope = false;  // false: Kimi's NoPE MLA
+  // DSA lightning indexer.
+  int64_t index_n_heads = 0;
+  int64_t index_head_dim = 0;
+  int64_t index_topk = 0;
+  // KDA: heads of head_dim (d_k = d_v) and the short conv's width.
+  int64_t kda_heads = 0;
+  int64_t kda_head_dim = 0;
+  int64_t kda_conv_size = 0;
+  // MoE. routed_hidden_size: the width routed experts take tokens at (hidden_size, or the latent
+  // width of a latent MoE).
+  int64_t num_routed_experts = 0;
+  int64_t num_experts_per_token = 0;
+  int64_t num_shared_experts = 0;
+  int64_t moe_intermediate_size = 0;
+  int64_t routed_hidden_size = 0;
+  int64_t num_expert_groups = 1;
+  int64_t topk_groups = 1;
+};
+
 class Architecture {
  public:
   virtual ~Architecture() = default;
@@ -45,10 +77,10 @@ class Architecture {
   // names are read from the checkpoint), with the component they are counted under.
   virtual std::vector<std::pair<std::string, Component>> unchecked_prefixes() const { return {}; }
   virtual const formats::QuantizationConfig& quantization() const = 0;
-  // Routed experts per MoE layer and experts per token (0 and 0 for a dense model); used to
-  // count active parameters.
-  virtual int64_t num_routed_experts() const = 0;
-  virtual int64_t num_experts_per_token() const = 0;
+  virtual ModelDims dims() const = 0;
+  // Operators and features the config uses that the engine does not build (item, why); empty for
+  // every runnable recipe, listed by analysis-only readings (`dayzero analyze`).
+  virtual std::vector<std::pair<std::string, std::string>> missing() const { return {}; }
 
   // Builds the runnable model from a checkpoint already checked against tensor_table(); the model
   // keeps the checkpoint (its embedding tables stay in the mapping). kUnsupported for recipes that

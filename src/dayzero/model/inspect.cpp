@@ -67,8 +67,8 @@ ModelSummary start_summary(const Architecture& arch) {
   summary.recipe = std::string(arch.recipe_name());
   summary.quantization = arch.quantization().describe();
   summary.schedule = arch.schedule();
-  summary.num_routed_experts = arch.num_routed_experts();
-  summary.num_experts_per_token = arch.num_experts_per_token();
+  summary.num_routed_experts = arch.dims().num_routed_experts;
+  summary.num_experts_per_token = arch.dims().num_experts_per_token;
   return summary;
 }
 
@@ -91,9 +91,12 @@ std::string weight_of_scale(const std::string& scale_name) {
 }  // namespace
 
 ModelSummary summarize_architecture(const Architecture& arch) {
+  return summarize_architecture(arch, arch.tensor_table());
+}
+
+ModelSummary summarize_architecture(const Architecture& arch, const TensorTable& table) {
   ModelSummary summary = start_summary(arch);
   Counter counter(summary);
-  TensorTable table = arch.tensor_table();
   for (const TensorSpec& spec : table.specs()) {
     if (spec.only_if_weight_is_fp8 &&
         table.find(weight_of_scale(spec.name))->dtypes[0] != DType::kF8E4M3)

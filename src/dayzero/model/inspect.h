@@ -43,6 +43,8 @@ struct ModelSummary {
 
 // What the config promises, with the published dtypes (no checkpoint needed).
 ModelSummary summarize_architecture(const Architecture& arch);
+// The same from arch.tensor_table(), already built (a 1.6 TB model's table takes seconds).
+ModelSummary summarize_architecture(const Architecture& arch, const TensorTable& table);
 
 // Opens DIR/config.json through the registry and the checkpoint in DIR; every expected tensor
 // must be present with the expected shape and an accepted dtype, and no other tensor may be

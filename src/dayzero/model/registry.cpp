@@ -41,34 +41,56 @@ std::vector<std::string_view> supported_model_types() {
   return out;
 }
 
-Result<std::unique_ptr<Architecture>> parse_model_config(const formats::ConfigObject& root) {
+namespace {
+
+Result<const RecipeEntry*> find_entry(const formats::ConfigObject& root) {
   DZ_ASSIGN_OR_RETURN(std::string model_type, root.required_string("model_type"));
-  const RecipeEntry* entry = nullptr;
   for (const auto& candidate : kRecipes)
-    if (candidate.model_type == model_type) entry = &candidate;
-  if (entry == nullptr)
-    return Status(
-        StatusCode::kUnsupported,
-        root.field_error("model_type",
-                         fmt::format("unknown model_type \"{}\" (supported: {})", model_type,
-                                     fmt::join(supported_model_types(), ", ")))
-            .message());
+    if (candidate.model_type == model_type) return &candidate;
+  return Status(StatusCode::kUnsupported,
+                root.field_error("model_type",
+                                 fmt::format("unknown model_type \"{}\" (supported: {})",
+                                             model_type, fmt::join(supported_model_types(), ", ")))
+                    .message());
+}
+
+Result<RecipeInput> recipe_input(const RecipeEntry& entry, const formats::ConfigObject& root) {
+  RecipeInput input{.root = root,
+                    .text = root,
+                    .model_type = std::string(entry.model_type),
+                    .tensor_prefix = std::string(entry.tensor_prefix)};
+  if (!entry.text_model_type.empty()) {
+    DZ_ASSIGN_OR_RETURN(input.text, root.required_object("text_config"));
+    DZ_ASSIGN_OR_RETURN(std::string text_type, input.text.required_string("model_type"));
+    if (text_type != entry.text_model_type)
+      return input.text.field_error(
+          "model_type", fmt::format("expected \"{}\" inside a {} config, found \"{}\"",
+                                    entry.text_model_type, entry.model_type, text_type));
+  }
+  return input;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Architecture>> parse_model_config(const formats::ConfigObject& root) {
+  DZ_ASSIGN_OR_RETURN(const RecipeEntry* entry, find_entry(root));
   if (entry->parse == nullptr)
     return Status(StatusCode::kUnsupported,
                   root.field_error("model_type", entry->refusal).message());
-  RecipeInput input{.root = root,
-                    .text = root,
-                    .model_type = model_type,
-                    .tensor_prefix = std::string(entry->tensor_prefix)};
-  if (!entry->text_model_type.empty()) {
-    DZ_ASSIGN_OR_RETURN(input.text, root.required_object("text_config"));
-    DZ_ASSIGN_OR_RETURN(std::string text_type, input.text.required_string("model_type"));
-    if (text_type != entry->text_model_type)
-      return input.text.field_error("model_type",
-                                    fmt::format("expected \"{}\" inside a {} config, found \"{}\"",
-                                                entry->text_model_type, model_type, text_type));
-  }
+  DZ_ASSIGN_OR_RETURN(RecipeInput input, recipe_input(*entry, root));
   return entry->parse(input);
+}
+
+Result<AnalysisTarget> parse_model_config_for_analysis(const formats::ConfigObject& root) {
+  DZ_ASSIGN_OR_RETURN(const RecipeEntry* entry, find_entry(root));
+  RecipeParser parse = entry->parse != nullptr ? entry->parse : entry->analyze_only;
+  if (parse == nullptr)
+    return Status(StatusCode::kUnsupported,
+                  root.field_error("model_type", entry->refusal).message());
+  DZ_ASSIGN_OR_RETURN(RecipeInput input, recipe_input(*entry, root));
+  DZ_ASSIGN_OR_RETURN(std::unique_ptr<Architecture> arch, parse(input));
+  return AnalysisTarget{.arch = std::move(arch),
+                        .refusal = entry->parse != nullptr ? "" : std::string(entry->refusal)};
 }
 
 Result<std::unique_ptr<Architecture>> parse_model_config_text(std::string_view text,

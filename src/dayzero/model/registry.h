@@ -26,6 +26,9 @@ struct RecipeEntry {
   std::string_view tensor_prefix = {};    // prefix of every tensor name
   RecipeParser parse = nullptr;           // nullptr: recognised but refused with `refusal`
   std::string_view refusal = {};
+  // A refused model_type's reading for `dayzero analyze` only (no loader): its sizes, layers and
+  // tensor table as far as they are known, and Architecture::missing() naming what is not built.
+  RecipeParser analyze_only = nullptr;
   ChatEncoding chat_encoding = ChatEncoding::kTemplate;
 };
 
@@ -37,6 +40,14 @@ std::vector<std::string_view> supported_model_types();
 Result<std::unique_ptr<Architecture>> parse_model_config(const formats::ConfigObject& root);
 Result<std::unique_ptr<Architecture>> parse_model_config_text(std::string_view text,
                                                               std::string_view file_name);
+// What `dayzero analyze` reads a config with: the recipe, or a refused model_type's analysis-only
+// reading together with the refusal.
+struct AnalysisTarget {
+  std::unique_ptr<Architecture> arch;
+  std::string refusal;  // empty: the engine runs this model
+};
+Result<AnalysisTarget> parse_model_config_for_analysis(const formats::ConfigObject& root);
+
 // Reads DIR/config.json.
 Result<std::unique_ptr<Architecture>> load_model_config(const std::string& dir);
 // The chat encoding of DIR's model_type; kTemplate when config.json is unreadable or the type

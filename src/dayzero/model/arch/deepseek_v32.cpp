@@ -66,8 +66,25 @@ class DeepseekV32 final : public Architecture {
   const formats::QuantizationConfig& quantization() const override {
     return config_.quantization_config;
   }
-  int64_t num_routed_experts() const override { return config_.n_routed_experts; }
-  int64_t num_experts_per_token() const override { return config_.num_experts_per_tok; }
+  ModelDims dims() const override {
+    return {.hidden_size = config_.hidden_size,
+            .vocab_size = config_.vocab_size,
+            .dense_intermediate_size = config_.intermediate_size,
+            .mla_heads = config_.num_attention_heads,
+            .kv_lora_rank = config_.kv_lora_rank,
+            .qk_rope_head_dim = config_.qk_rope_head_dim,
+            .mla_uses_rope = true,
+            .index_n_heads = config_.index_n_heads,
+            .index_head_dim = config_.index_head_dim,
+            .index_topk = config_.index_topk,
+            .num_routed_experts = config_.n_routed_experts,
+            .num_experts_per_token = config_.num_experts_per_tok,
+            .num_shared_experts = config_.n_shared_experts,
+            .moe_intermediate_size = config_.moe_intermediate_size,
+            .routed_hidden_size = config_.hidden_size,
+            .num_expert_groups = config_.n_group,
+            .topk_groups = config_.topk_group};
+  }
   Result<std::unique_ptr<CausalLm>> load_model(std::unique_ptr<formats::Checkpoint> checkpoint,
                                                const ModelOptions& options) const override {
     DZ_ASSIGN_OR_RETURN(auto model,

@@ -163,8 +163,33 @@ class KimiLinear final : public Architecture {
   const formats::QuantizationConfig& quantization() const override {
     return config_.quantization_config;
   }
-  int64_t num_routed_experts() const override { return config_.num_experts; }
-  int64_t num_experts_per_token() const override { return config_.num_experts_per_token; }
+  ModelDims dims() const override {
+    const KimiLinearAttnConfig& kda = config_.linear_attn_config;
+    ModelDims dims{
+        .hidden_size = config_.hidden_size,
+        .vocab_size = config_.vocab_size,
+        .dense_intermediate_size = config_.intermediate_size,
+        .mla_heads = config_.num_attention_heads,
+        .kv_lora_rank = config_.kv_lora_rank,
+        .qk_rope_head_dim = config_.qk_rope_head_dim,
+        .mla_uses_rope = config_.rope_dsa.has_value(),
+        .kda_heads = kda.num_heads,
+        .kda_head_dim = kda.head_dim,
+        .kda_conv_size = kda.short_conv_kernel_size,
+        .num_routed_experts = config_.num_experts,
+        .num_experts_per_token = config_.num_experts_per_token,
+        .num_shared_experts = config_.num_shared_experts,
+        .moe_intermediate_size = config_.moe_intermediate_size,
+        .routed_hidden_size = config_.routed_expert_hidden_size.value_or(config_.hidden_size),
+        .num_expert_groups = config_.use_grouped_topk ? config_.num_expert_group : 1,
+        .topk_groups = config_.use_grouped_topk ? config_.topk_group : 1};
+    if (config_.rope_dsa) {
+      dims.index_n_heads = config_.rope_dsa->index_n_heads;
+      dims.index_head_dim = config_.rope_dsa->index_head_dim;
+      dims.index_topk = config_.rope_dsa->index_topk;
+    }
+    return dims;
+  }
   Result<std::unique_ptr<CausalLm>> load_model(std::unique_ptr<formats::Checkpoint> checkpoint,
                                                const ModelOptions& options) const override {
     return load_kimi_linear_model(config_, prefix_, std::move(checkpoint), options);

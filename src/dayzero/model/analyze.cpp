@@ -1,0 +1,422 @@
+#include "dayzero/model/analyze.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "dayzero/dist/comm.h"
+#include "dayzero/formats/json_text.h"
+#include "dayzero/kernels/paged_cache.h"
+#include "dayzero/model/blocks/kda.h"
+#include "dayzero/model/registry.h"
+
+namespace dz::model {
+namespace {
+
+int64_t stored_bytes(const TensorSpec& spec) {
+  return (spec.shape.num_elems() * dtype_bits(spec.dtypes[0]) + 7) / 8;
+}
+
+void count_layers(const LayerSchedule& schedule, Analysis& a) {
+  a.num_main_layers = schedule.num_main_layers();
+  a.num_mtp_layers = schedule.num_mtp_layers();
+  a.mla_layers = schedule.count(AttentionKind::kMla);
+  a.mla_dsa_layers = schedule.count(AttentionKind::kMlaDsa);
+  a.kda_layers = schedule.count(AttentionKind::kKda);
+  a.dense_mlp_layers = schedule.count(FfnKind::kDenseMlp);
+  a.moe_layers = schedule.count(FfnKind::kMoe);
+  a.latent_moe_layers = schedule.count(FfnKind::kLatentMoe);
+  for (const LayerSpec& layer : schedule.layers)
+    a.attn_res_layers += !layer.is_mtp && layer.attn_res;
+  a.pattern = describe_schedule(schedule);
+  a.mixer_period = mixer_period(schedule);
+}
+
+// Weights per rank: each stored tensor divided by the ranks that share it (only_if_weight_is_fp8
+// scales count where the weight's published dtype is FP8, as in inspect).
+void count_weights(const TensorTable& table, const ParallelPlan& plan, Analysis& a) {
+  for (const TensorSpec& spec : table.specs()) {
+    if (spec.only_if_weight_is_fp8) {
+      const std::string weight = spec.name.substr(0, spec.name.size() - 10);  // "_scale_inv"
+      if (table.find(weight)->dtypes[0] != DType::kF8E4M3) continue;
+    }
+    const int64_t bytes = stored_bytes(spec);
+    const int64_t ways = split_ways(spec.split, plan);
+    a.weight_bytes_per_rank += (bytes + ways - 1) / ways;
+    if (spec.split == Split::kReplicated) a.replicated_weight_bytes += bytes;
+  }
+}
+
+void count_caches(const ModelDims& d, const AnalyzeOptions& o, Analysis& a) {
+  const int mla = a.mla_layers + a.mla_dsa_layers;
+  const kernels::MlaCacheLayout bf16{.latent_dim = d.kv_lora_rank,
+                                     .rope_dim = d.qk_rope_head_dim,
+                                     .dtype = kernels::KvCacheDtype::kBf16};
+  kernels::MlaCacheLayout fp8 = bf16;
+  fp8.dtype = kernels::KvCacheDtype::kFp8;
+  const bool fp8_fits = d.kv_lora_rank % 128 == 0;
+  a.mla_bytes_per_token_bf16 = mla * bf16.record_bytes();
+  a.mla_bytes_per_token_fp8 = fp8_fits ? mla * fp8.record_bytes() : 0;
+  a.index_bytes_per_token = a.mla_dsa_layers * (d.index_head_dim + 4);
+  if (d.kda_heads > 0 && d.kda_heads % o.plan.tp == 0) {
+    const KdaStateLayout state{.num_heads = d.kda_heads / o.plan.tp,
+                               .head_dim = d.kda_head_dim,
+                               .conv_width = d.kda_conv_size};
+    a.state_bytes_per_sequence = a.kda_layers * state.slot_bytes();
+  }
+  const int64_t per_token =
+      (fp8_fits ? a.mla_bytes_per_token_fp8 : a.mla_bytes_per_token_bf16) + a.index_bytes_per_token;
+  a.cache_bytes_per_rank = o.context * o.batch * per_token + o.batch * a.state_bytes_per_sequence;
+}
+
+// The collectives of one step of T tokens, `rows` of which ask for logits.
+std::vector<CommLine> step_comm(const ModelDims& d, const Analysis& a, const ParallelPlan& plan,
+                                int64_t tokens, int64_t rows, bool prefill) {
+  std::vector<CommLine> lines;
+  auto add = [&](std::string dimension, std::string what, std::string formula, int64_t per_layer,
+                 int64_t layers, bool implemented) {
+    if (layers == 0) return;
+    lines.push_back({.dimension = std::move(dimension),
+                     .what = std::move(what),
+                     .formula = std::move(formula),
+                     .bytes_per_layer = per_layer,
+                     .layers = layers,
+                     .bytes_per_step = per_layer * layers,
+                     .implemented = implemented});
+  };
+  const int64_t h = d.hidden_size;
+  if (plan.tp > 1) {
+    // Rank 0's share; every rank receives the same where tp divides T·h.
+    const int64_t reduce =
+        dist::all_reduce_received_bytes(tokens * h, plan.tp, 0, dist::WireType::kF32);
+    const std::string formula = "2(tp-1)/tp * T * h * 4";
+    add("tp", "all-reduce after the embedding (rows split by vocabulary)", formula, reduce, 1,
+        false);
+    add("tp", "all-reduce after o_proj (MLA and KDA heads split)", formula, reduce,
+        a.num_main_layers, false);
+    add("tp", "all-reduce after the FFN (dense MLP, shared and routed expert columns)", formula,
+        reduce, a.num_main_layers, false);
+    add("tp", "logit rows gathered on rank 0 (head split by vocabulary)", "(tp-1)/tp * R * V * 4",
+        (plan.tp - 1) * rows * (d.vocab_size / plan.tp) * 4, 1, false);
+  }
+  const int moe = a.moe_layers + a.latent_moe_layers;
+  if (plan.ep > 1 && moe > 0) {
+    const int64_t hr = d.routed_hidden_size;
+    const int64_t k = d.num_experts_per_token;
+    const double remote = expected_remote_ranks(d.num_routed_experts, k, plan.ep);
+    const double local_tokens = static_cast<double>(tokens) / plan.ep;
+    // Per (token, remote rank): BF16 activations and the token's index; per remote expert choice
+    // its id and FP32 weight.
+    const auto dispatch = static_cast<int64_t>(
+        std::llround(local_tokens * (remote * static_cast<double>(hr * 2 + 4) +
+                                     static_cast<double>(k * 8 * (plan.ep - 1)) / plan.ep)));
+    const auto combine =
+        static_cast<int64_t>(std::llround(local_tokens * remote * static_cast<double>(hr * 4)));
+    add("ep",
+        fmt::format("dispatch to the experts' ranks (r = {:.2f} remote ranks per token)", remote),
+        "T/ep * (r * (h_r*2 + 4) + k*8*(ep-1)/ep)", dispatch, moe, false);
+    add("ep", "combine: weighted FP32 outputs back to the token's rank", "T/ep * r * h_r * 4",
+        combine, moe, false);
+    add("ep", "all-gather of the routed outputs over the EP group", "(ep-1)/ep * T * h_r * 4",
+        (plan.ep - 1) * (tokens / plan.ep) * hr * 4, moe, false);
+  }
+  if (plan.cp > 1 && prefill) {
+    const int64_t b_kv =
+        d.kv_lora_rank % 128 == 0 ? a.mla_bytes_per_token_fp8 : a.mla_bytes_per_token_bf16;
+    const int mla = a.mla_layers + a.mla_dsa_layers;
+    const int64_t per_layer_row = mla > 0 ? (b_kv + a.index_bytes_per_token) / mla : 0;
+    add("cp", "all-gather of the chunk's latent and indexer-key rows (zigzag)",
+        "(cp-1)/cp * T * (b_kv + b_idx)", (plan.cp - 1) * (tokens / plan.cp) * per_layer_row, mla,
+        false);
+    const int64_t local_heads = d.kda_heads / plan.tp;
+    add("cp", "all-gather of the KDA chunk summaries [M | dS] (two pieces per rank)",
+        "2 * (cp-1) * H/tp * d * 2d * 4",
+        2 * (plan.cp - 1) * local_heads * d.kda_head_dim * 2 * d.kda_head_dim * 4, a.kda_layers,
+        false);
+  }
+  return lines;
+}
+
+struct Feature {
+  bool used;
+  std::string item;
+  std::string note;
+};
+
+void list_requirements(const Architecture* arch, const std::string& refusal,
+                       const formats::ConfigObject& root, const ModelDims& d, const Analysis& a,
+                       const ParallelPlan& plan, Analysis& out) {
+  auto need = [&](std::string item, bool supported, std::string note) {
+    out.requirements.push_back({std::move(item), supported, std::move(note)});
+  };
+  if (arch == nullptr) {
+    need(fmt::format("model_type \"{}\"", out.model_type), false, refusal);
+  } else {
+    need(fmt::format("model_type \"{}\" (recipe {})", out.model_type, arch->recipe_name()), true,
+         "tensor table, loader and forward");
+  }
+  const bool ok = arch != nullptr;
+  if (a.mla_layers + a.mla_dsa_layers > 0) {
+    need(d.mla_uses_rope ? "MLA with RoPE" : "MLA without RoPE (NoPE)", ok,
+         fmt::format("{} heads, kv_lora_rank {}, rope dim {}", d.mla_heads, d.kv_lora_rank,
+                     d.qk_rope_head_dim));
+  }
+  if (a.mla_dsa_layers > 0) {
+    need("DSA lightning indexer", ok,
+         fmt::format("index_topk {}, {} heads x {}, one key per token", d.index_topk,
+                     d.index_n_heads, d.index_head_dim));
+  }
+  if (a.kda_layers > 0) {
+    need("Kimi Delta Attention (KDA)", ok,
+         fmt::format("{} heads x {}, short conv {}", d.kda_heads, d.kda_head_dim, d.kda_conv_size));
+  }
+  if (a.moe_layers + a.latent_moe_layers > 0) {
+    need("MoE routing", ok,
+         fmt::format("{} routed, top {}, {} shared, {} groups / {} chosen", d.num_routed_experts,
+                     d.num_experts_per_token, d.num_shared_experts, d.num_expert_groups,
+                     d.topk_groups));
+  }
+  if (a.latent_moe_layers > 0) {
+    need("latent MoE", ok, fmt::format("routed experts at width {}", d.routed_hidden_size));
+  }
+  if (a.attn_res_layers > 0) need("attention residuals (AttnRes)", ok, "");
+  if (a.num_mtp_layers > 0) {
+    need("MTP layers", ok,
+         fmt::format("{} layer(s), loaded and run by forward_mtp", a.num_mtp_layers));
+  }
+  if (arch != nullptr) {
+    need(fmt::format("weights: {}", arch->quantization().describe()), true, "");
+  }
+  if (root.has("vision_config") || out.summary.by_component.contains("vision")) {
+    need("vision tower (images in)", false, "text only: the tower's tensors are accepted, not run");
+  }
+  if (plan.tp > 1)
+    need("tensor parallelism (--tp)", false, "the forward runs in one process so far");
+  if (plan.ep > 1)
+    need("expert parallelism (--ep)", false, "the forward runs in one process so far");
+  if (plan.cp > 1) need("context parallelism (--cp)", false, "not built yet");
+}
+
+std::string bytes_text(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (int64_t{1} << 30)) return fmt::format("{:.2f} GiB", b / (1 << 30));
+  if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.2f} MiB", b / (1 << 20));
+  if (bytes >= (int64_t{1} << 10)) return fmt::format("{:.2f} KiB", b / (1 << 10));
+  return fmt::format("{} B", bytes);
+}
+
+}  // namespace
+
+std::string mixer_period(const LayerSchedule& schedule) {
+  std::vector<std::string> kinds;
+  for (const LayerSpec& layer : schedule.layers) {
+    if (!layer.is_mtp) kinds.push_back(attention_kind_name(layer.attention));
+  }
+  const size_t n = kinds.size();
+  if (n == 0) return "";
+  // The unit repeated at least twice that covers most layers from the start, the shorter one on a
+  // tie; the whole stack once when nothing repeats.
+  size_t best_unit = n, best_reps = 1, best_covered = 0;
+  for (size_t unit = 1; unit < n; ++unit) {
+    size_t covered = unit;
+    while (covered < n && kinds[covered] == kinds[covered - unit]) ++covered;
+    const size_t reps = covered / unit;
+    if (reps >= 2 && reps * unit > best_covered) {
+      best_unit = unit;
+      best_reps = reps;
+      best_covered = reps * unit;
+    }
+  }
+  auto join = [&](size_t begin, size_t end) {
+    std::string out;
+    for (size_t i = begin; i < end; ++i) out += (i == begin ? "" : " ") + kinds[i];
+    return out;
+  };
+  std::string out = fmt::format("[{}] x {}", join(0, best_unit), best_reps);
+  if (best_unit * best_reps < n) out += ", then " + join(best_unit * best_reps, n);
+  return out;
+}
+
+double expected_remote_ranks(int64_t num_experts, int64_t top_k, int ep) {
+  if (ep <= 1 || num_experts <= 0 || top_k <= 0) return 0.0;
+  // P(a given other rank holds none of the k choices) = C(E - E/ep, k) / C(E, k).
+  const int64_t per_rank = num_experts / ep;
+  double none = 1.0;
+  for (int64_t i = 0; i < top_k; ++i) {
+    none *= static_cast<double>(num_experts - per_rank - i) / static_cast<double>(num_experts - i);
+    if (none <= 0.0) {
+      none = 0.0;
+      break;
+    }
+  }
+  return (ep - 1) * (1.0 - none);
+}
+
+Result<Analysis> analyze_config(const formats::ConfigObject& root, const AnalyzeOptions& options) {
+  Analysis a;
+  a.options = options;
+  DZ_ASSIGN_OR_RETURN(a.model_type, root.required_string("model_type"));
+  DZ_ASSIGN_OR_RETURN(AnalysisTarget target, parse_model_config_for_analysis(root));
+  const Architecture* arch = target.arch.get();
+  a.recipe = std::string(arch->recipe_name());
+  a.runnable = target.refusal.empty();
+  a.dims = arch->dims();
+  const TensorTable table = arch->tensor_table();
+  a.summary = summarize_architecture(*arch, table);
+  count_layers(arch->schedule(), a);
+  a.plan_status = validate_plan(options.plan, a.dims);
+  if (a.plan_status.ok()) {
+    count_weights(table, options.plan, a);
+    count_caches(a.dims, options, a);
+    a.total_bytes_per_rank = a.weight_bytes_per_rank + a.cache_bytes_per_rank;
+    a.decode_comm = step_comm(a.dims, a, options.plan, options.batch, options.batch, false);
+    a.prefill_comm = step_comm(a.dims, a, options.plan, options.prefill_tokens, 1, true);
+  }
+  list_requirements(a.runnable ? arch : nullptr, target.refusal, root, a.dims, a, options.plan, a);
+  for (const auto& [item, note] : arch->missing()) a.requirements.push_back({item, false, note});
+  return a;
+}
+
+Result<Analysis> analyze_config_path(const std::string& path, const AnalyzeOptions& options) {
+  const std::string file = std::filesystem::is_directory(path)
+                               ? (std::filesystem::path(path) / "config.json").string()
+                               : path;
+  DZ_ASSIGN_OR_RETURN(formats::ConfigObject root, formats::ConfigObject::load(file));
+  return analyze_config(root, options);
+}
+
+std::string format_analysis_text(const Analysis& a) {
+  std::string out;
+  auto line = [&out](const std::string& text) { out += text + "\n"; };
+  const ModelDims& d = a.dims;
+  const AnalyzeOptions& o = a.options;
+  line(fmt::format("model_type   {} ({})", a.model_type,
+                   a.runnable ? "recipe " + a.recipe : "not runnable: see the requirements below"));
+  line(fmt::format(
+      "layers       {} main + {} MTP: {} MLA, {} MLA+DSA, {} KDA; {} dense MLP, {} MoE, "
+      "{} latent MoE; {} with AttnRes",
+      a.num_main_layers, a.num_mtp_layers, a.mla_layers, a.mla_dsa_layers, a.kda_layers,
+      a.dense_mlp_layers, a.moe_layers, a.latent_moe_layers, a.attn_res_layers));
+  const int mixers = a.mla_layers + a.mla_dsa_layers + a.kda_layers;
+  if (mixers > 0) {
+    line(fmt::format("proportions  attention {:.1f}% MLA, {:.1f}% KDA",
+                     100.0 * (a.mla_layers + a.mla_dsa_layers) / mixers,
+                     100.0 * a.kda_layers / mixers));
+  }
+  line("mixers       " + a.mixer_period);
+  line("pattern");
+  for (const std::string& run : a.pattern) line("  " + run);
+  if (a.mla_dsa_layers > 0) {
+    line(
+        fmt::format("sparse attn  index_topk {}, indexer {} heads x {}, one key per token "
+                    "(no pooling)",
+                    d.index_topk, d.index_n_heads, d.index_head_dim));
+  }
+  line(fmt::format("parameters   {} ({} active per token), {}", a.summary.total_params,
+                   a.summary.active_params, bytes_text(a.summary.total_bytes)));
+  for (const auto& [component, entry] : a.summary.by_component) {
+    line(fmt::format("  {:<16} {:>16} params {:>12}", component, entry.num_params,
+                     bytes_text(entry.num_bytes)));
+  }
+  for (const auto& [dtype, entry] : a.summary.by_dtype) {
+    line(fmt::format("  {:<16} {:>16} params {:>12}", dtype, entry.num_params,
+                     bytes_text(entry.num_bytes)));
+  }
+  line(fmt::format("plan         {}; context {}, batch {}, prefill step {} tokens",
+                   o.plan.describe(), o.context, o.batch, o.prefill_tokens));
+  if (!a.plan_status.ok()) {
+    line("  impossible: " + a.plan_status.message());
+  } else {
+    line(fmt::format("memory/rank  {} = weights {} ({} replicated) + cache {}",
+                     bytes_text(a.total_bytes_per_rank), bytes_text(a.weight_bytes_per_rank),
+                     bytes_text(a.replicated_weight_bytes), bytes_text(a.cache_bytes_per_rank)));
+    line(fmt::format(
+        "per token    MLA latent {} B (BF16) / {} B (FP8), indexer keys {} B "
+        "(every rank)",
+        a.mla_bytes_per_token_bf16, a.mla_bytes_per_token_fp8, a.index_bytes_per_token));
+    line(fmt::format("per sequence KDA state and conv rows {} per rank",
+                     bytes_text(a.state_bytes_per_sequence)));
+    for (const auto* comm : {&a.decode_comm, &a.prefill_comm}) {
+      const bool decode = comm == &a.decode_comm;
+      line(fmt::format("comm/step    {} (T = {}), bytes received per rank:",
+                       decode ? "decode" : "prefill", decode ? o.batch : o.prefill_tokens));
+      if (comm->empty()) line("  none (one rank per group)");
+      for (const CommLine& c : *comm) {
+        line(fmt::format("  {:<3} {} x {} = {}  {}: {}{}", c.dimension,
+                         bytes_text(c.bytes_per_layer), c.layers, bytes_text(c.bytes_per_step),
+                         c.what, c.formula, c.implemented ? "" : " [not built yet]"));
+      }
+    }
+  }
+  line("requirements");
+  for (const Requirement& r : a.requirements) {
+    line(fmt::format("  [{}] {}{}", r.supported ? "yes" : "NO ", r.item,
+                     r.note.empty() ? "" : " -- " + r.note));
+  }
+  return out;
+}
+
+std::string format_analysis_json(const Analysis& a) {
+  nlohmann::ordered_json j;
+  j["model_type"] = a.model_type;
+  j["recipe"] = a.recipe;
+  j["runnable"] = a.runnable;
+  j["layers"] = {{"main", a.num_main_layers},     {"mtp", a.num_mtp_layers},
+                 {"mla", a.mla_layers},           {"mla_dsa", a.mla_dsa_layers},
+                 {"kda", a.kda_layers},           {"dense_mlp", a.dense_mlp_layers},
+                 {"moe", a.moe_layers},           {"latent_moe", a.latent_moe_layers},
+                 {"attn_res", a.attn_res_layers}, {"pattern", a.pattern},
+                 {"mixer_period", a.mixer_period}};
+  const ModelDims& d = a.dims;
+  j["sparse_attention"] = {{"index_topk", d.index_topk},
+                           {"index_n_heads", d.index_n_heads},
+                           {"index_head_dim", d.index_head_dim},
+                           {"tokens_per_key", d.index_n_heads > 0 ? 1 : 0}};
+  j["params"] = {{"total", a.summary.total_params},
+                 {"active", a.summary.active_params},
+                 {"bytes", a.summary.total_bytes}};
+  for (const auto& [component, entry] : a.summary.by_component) {
+    j["by_component"][component] = {{"params", entry.num_params}, {"bytes", entry.num_bytes}};
+  }
+  for (const auto& [dtype, entry] : a.summary.by_dtype) {
+    j["by_dtype"][dtype] = {{"params", entry.num_params}, {"bytes", entry.num_bytes}};
+  }
+  const AnalyzeOptions& o = a.options;
+  j["plan"] = {{"tp", o.plan.tp},
+               {"ep", o.plan.ep},
+               {"cp", o.plan.cp},
+               {"ranks", o.plan.world_size()},
+               {"context", o.context},
+               {"batch", o.batch},
+               {"prefill_tokens", o.prefill_tokens},
+               {"error", a.plan_status.ok() ? "" : a.plan_status.message()}};
+  j["memory_per_rank"] = {{"weights", a.weight_bytes_per_rank},
+                          {"replicated_weights", a.replicated_weight_bytes},
+                          {"cache", a.cache_bytes_per_rank},
+                          {"total", a.total_bytes_per_rank}};
+  j["cache"] = {{"mla_bytes_per_token_bf16", a.mla_bytes_per_token_bf16},
+                {"mla_bytes_per_token_fp8", a.mla_bytes_per_token_fp8},
+                {"index_bytes_per_token", a.index_bytes_per_token},
+                {"state_bytes_per_sequence", a.state_bytes_per_sequence}};
+  for (const auto* comm : {&a.decode_comm, &a.prefill_comm}) {
+    nlohmann::ordered_json lines = nlohmann::ordered_json::array();
+    for (const CommLine& c : *comm) {
+      lines.push_back({{"dimension", c.dimension},
+                       {"what", c.what},
+                       {"formula", c.formula},
+                       {"bytes_per_layer", c.bytes_per_layer},
+                       {"layers", c.layers},
+                       {"bytes_per_step", c.bytes_per_step},
+                       {"implemented", c.implemented}});
+    }
+    j[comm == &a.decode_comm ? "decode_comm" : "prefill_comm"] = lines;
+  }
+  for (const Requirement& r : a.requirements) {
+    j["requirements"].push_back({{"item", r.item}, {"supported", r.supported}, {"note", r.note}});
+  }
+  return j.dump(2);
+}
+
+}  // namespace dz::model

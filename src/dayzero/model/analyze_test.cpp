@@ -1,0 +1,163 @@
+// `dayzero analyze` on the released configs (tests/data/configs/), against numbers worked out by
+// hand from the config fields (each derivation is written next to its number).
+
+#include "dayzero/model/analyze.h"
+
+#include <cmath>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "dayzero/model/arch/config_test_util.h"
+
+namespace dz::model {
+namespace {
+
+Analysis analyze(const std::string& name, const AnalyzeOptions& options) {
+  Result<formats::ConfigObject> root =
+      formats::ConfigObject::parse(testing::real_config(name).dump(), "config.json");
+  EXPECT_TRUE(root.ok()) << root.status().to_string();
+  Result<Analysis> analysis = analyze_config(*root, options);
+  EXPECT_TRUE(analysis.ok()) << analysis.status().to_string();
+  return analysis.ok() ? std::move(analysis).value() : Analysis{};
+}
+
+const CommLine* find_line(const std::vector<CommLine>& lines, const std::string& prefix) {
+  for (const CommLine& line : lines) {
+    if (line.what.rfind(prefix, 0) == 0) return &line;
+  }
+  ADD_FAILURE() << "no line starting with \"" << prefix << "\"";
+  return nullptr;
+}
+
+bool has_requirement(const Analysis& a, const std::string& item, bool supported) {
+  for (const Requirement& r : a.requirements) {
+    if (r.item.find(item) != std::string::npos) return r.supported == supported;
+  }
+  return false;
+}
+
+TEST(Analyze, DeepseekV32UnderTp4Ep2) {
+  const Analysis a =
+      analyze("deepseek_v32",
+              {.plan = {.tp = 4, .ep = 2}, .context = 32768, .batch = 16, .prefill_tokens = 2048});
+  ASSERT_TRUE(a.plan_status.ok()) << a.plan_status.to_string();
+  EXPECT_TRUE(a.runnable);
+  // 61 layers, first_k_dense_replace 3, one MTP layer, the indexer on every layer.
+  EXPECT_EQ(a.num_main_layers, 61);
+  EXPECT_EQ(a.num_mtp_layers, 1);
+  EXPECT_EQ(a.mla_dsa_layers, 61);
+  EXPECT_EQ(a.dense_mlp_layers, 3);
+  EXPECT_EQ(a.moe_layers, 58);
+  EXPECT_EQ(a.mixer_period, "[MLA+DSA] x 61");
+  EXPECT_EQ(a.dims.index_topk, 2048);
+  EXPECT_EQ(a.dims.index_n_heads, 64);
+  // Latent record: FP8 512 codes + 4 scales x 4 B + 64 rope x 2 B = 656; BF16 576 x 2 = 1152;
+  // index key 128 + 4 = 132; times 61 layers.
+  EXPECT_EQ(a.mla_bytes_per_token_fp8, 61 * 656);
+  EXPECT_EQ(a.mla_bytes_per_token_bf16, 61 * 1152);
+  EXPECT_EQ(a.index_bytes_per_token, 61 * 132);
+  EXPECT_EQ(a.state_bytes_per_sequence, 0);
+  // 32768 tokens x 16 sequences x (40016 + 8052) B, on every rank (latent replicated over TP).
+  EXPECT_EQ(a.cache_bytes_per_rank, int64_t{32768} * 16 * 48068);
+  // Decode, T = 16: all-reduce 2 (4-1)/4 x 16 x 7168 x 4 B = 688128 B, after o_proj and after the
+  // FFN on each of the 61 layers.
+  const CommLine* o_proj = find_line(a.decode_comm, "all-reduce after o_proj");
+  ASSERT_NE(o_proj, nullptr);
+  EXPECT_EQ(o_proj->bytes_per_layer, 688128);
+  EXPECT_EQ(o_proj->layers, 61);
+  EXPECT_EQ(find_line(a.decode_comm, "all-reduce after the FFN")->bytes_per_step, 61 * 688128);
+  // Logits: rank 0 receives 3 ranks' 16 x 129280/4 FP32 rows.
+  EXPECT_EQ(find_line(a.decode_comm, "logit rows")->bytes_per_layer, 3 * 16 * 32320 * 4);
+  // Prefill, T = 2048: 2 x 3/4 x 2048 x 7168 x 4 = 88080384 B per layer; one logits row.
+  EXPECT_EQ(find_line(a.prefill_comm, "all-reduce after o_proj")->bytes_per_layer, 88080384);
+  EXPECT_EQ(find_line(a.prefill_comm, "logit rows")->bytes_per_layer, 3 * 32320 * 4);
+  // EP 2 over 58 MoE layers: the routed outputs of the other 8 decode tokens, 7168 FP32 each.
+  const CommLine* gather = find_line(a.decode_comm, "all-gather of the routed outputs");
+  EXPECT_EQ(gather->bytes_per_layer, 8 * 7168 * 4);
+  EXPECT_EQ(gather->layers, 58);
+  EXPECT_TRUE(has_requirement(a, "DSA lightning indexer", true));
+  EXPECT_TRUE(has_requirement(a, "tensor parallelism", false));
+}
+
+TEST(Analyze, WeightsPerRankDivideBySplit) {
+  const Analysis one = analyze("deepseek_v32", {});
+  ASSERT_TRUE(one.plan_status.ok());
+  EXPECT_EQ(one.weight_bytes_per_rank, one.summary.total_bytes);
+  EXPECT_TRUE(one.decode_comm.empty());
+  // Every split tensor of DeepSeek-V3.2 divides by 2: per rank, the replicated bytes whole and
+  // the rest halved.
+  const Analysis two = analyze("deepseek_v32", {.plan = {.tp = 2}});
+  ASSERT_TRUE(two.plan_status.ok());
+  EXPECT_EQ(two.replicated_weight_bytes, one.replicated_weight_bytes);
+  EXPECT_EQ(
+      two.weight_bytes_per_rank,
+      one.replicated_weight_bytes + (one.summary.total_bytes - one.replicated_weight_bytes) / 2);
+  // Routed experts split 8 ways at tp 4 x ep 2, the rest 4 ways: fewer bytes than tp 4 alone.
+  const Analysis tp4 = analyze("deepseek_v32", {.plan = {.tp = 4}});
+  const Analysis tp4ep2 = analyze("deepseek_v32", {.plan = {.tp = 4, .ep = 2}});
+  // Routed experts, with their scales and the MTP layer's: a quarter per rank, then an eighth.
+  int64_t routed = 0;
+  const TensorTable table = testing::parse_ok(testing::real_config("deepseek_v32"))->tensor_table();
+  for (const TensorSpec& spec : table.specs()) {
+    if (spec.is_routed_expert) routed += spec.shape.num_elems() * dtype_bits(spec.dtypes[0]) / 8;
+  }
+  EXPECT_EQ(tp4.weight_bytes_per_rank - tp4ep2.weight_bytes_per_rank, routed / 4 - routed / 8);
+}
+
+TEST(Analyze, KimiLinearStateSplitsByHead) {
+  const Analysis a = analyze("kimi_linear", {.plan = {.tp = 4}, .batch = 2});
+  ASSERT_TRUE(a.plan_status.ok()) << a.plan_status.to_string();
+  EXPECT_EQ(a.kda_layers, 20);
+  EXPECT_EQ(a.mla_layers, 7);
+  EXPECT_EQ(a.mixer_period, "[KDA KDA KDA MLA] x 6, then KDA KDA MLA");
+  // Per KDA layer and rank, 32/4 = 8 heads: state 8 x 128 x 128 x 4 = 524288 B, conv rows
+  // 3 x (4-1) x 8 x 128 x 2 = 18432 B; 20 layers.
+  EXPECT_EQ(a.state_bytes_per_sequence, 20 * (524288 + 18432));
+  // 7 NoPE MLA layers still cache 512 + 64 values per token: 7 x 1152 B in BF16, 7 x 656 in FP8.
+  EXPECT_EQ(a.mla_bytes_per_token_bf16, 7 * 1152);
+  EXPECT_EQ(a.cache_bytes_per_rank, 4096 * 2 * 7 * 656 + 2 * 20 * (524288 + 18432));
+  EXPECT_TRUE(has_requirement(a, "Kimi Delta Attention", true));
+  EXPECT_TRUE(has_requirement(a, "MLA without RoPE", true));
+}
+
+TEST(Analyze, KimiK3AtTp8MatchesTheDesignFigure) {
+  const Analysis a = analyze("kimi_k3", {.plan = {.tp = 8}});
+  ASSERT_TRUE(a.plan_status.ok()) << a.plan_status.to_string();
+  EXPECT_EQ(a.num_main_layers, 93);
+  EXPECT_EQ(a.latent_moe_layers, 92);
+  EXPECT_EQ(a.attn_res_layers, 93);
+  EXPECT_EQ(a.mixer_period, "[KDA KDA KDA MLA] x 23, then MLA");
+  // 96 heads / 8 = 12 per rank: 69 x 12 x 128 x 128 x 4 B = 51.75 MiB of state (docs/parallel.md
+  // §2.3), plus 69 x 3 x 3 x 12 x 128 x 2 B of conv rows.
+  EXPECT_EQ(a.state_bytes_per_sequence, 69 * (12 * 128 * 128 * 4 + 3 * 3 * 12 * 128 * 2));
+  EXPECT_EQ(a.dims.routed_hidden_size, 3584);
+  EXPECT_TRUE(has_requirement(a, "latent MoE", true));
+  EXPECT_TRUE(has_requirement(a, "vision tower", false));
+}
+
+TEST(Analyze, NamesWhatAPlanDoesNotDivide) {
+  const Analysis a = analyze("kimi_linear", {.plan = {.tp = 5}});
+  EXPECT_FALSE(a.plan_status.ok());
+  EXPECT_NE(
+      a.plan_status.message().find("num_attention_heads (MLA heads) 32 is not divisible by --tp 5"),
+      std::string::npos)
+      << a.plan_status.message();
+  const Analysis experts = analyze("deepseek_v32", {.plan = {.ep = 3}});
+  EXPECT_NE(experts.plan_status.message().find("the routed experts 256 is not divisible by --ep 3"),
+            std::string::npos)
+      << experts.plan_status.message();
+}
+
+TEST(Analyze, ExpectedRemoteRanks) {
+  // Two ranks of 2 experts each, one choice: the other rank holds it half the time.
+  EXPECT_DOUBLE_EQ(expected_remote_ranks(4, 1, 2), 0.5);
+  // All choices on one rank is impossible with k > E/ep: every other rank is hit.
+  EXPECT_DOUBLE_EQ(expected_remote_ranks(4, 3, 2), 1.0);
+  // E = 8, ep = 4, k = 2: P(a rank holds neither) = C(6,2)/C(8,2) = 15/28; 3 x 13/28.
+  EXPECT_NEAR(expected_remote_ranks(8, 2, 4), 3.0 * 13.0 / 28.0, 1e-12);
+  EXPECT_EQ(expected_remote_ranks(8, 2, 1), 0.0);
+}
+
+}  // namespace
+}  // namespace dz::model

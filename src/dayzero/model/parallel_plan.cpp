@@ -1,0 +1,60 @@
+#include "dayzero/model/parallel_plan.h"
+
+#include <fmt/format.h>
+
+namespace dz::model {
+
+std::string ParallelPlan::describe() const {
+  return fmt::format("tp={} ep={} cp={} ({} rank{})", tp, ep, cp, world_size(),
+                     world_size() == 1 ? "" : "s");
+}
+
+Status validate_plan(const ParallelPlan& plan, const ModelDims& dims) {
+  for (auto [degree, flag] : {std::pair{plan.tp, "--tp"}, {plan.ep, "--ep"}, {plan.cp, "--cp"}}) {
+    if (degree < 1)
+      return make_error(StatusCode::kInvalidArgument, "{} {} must be at least 1", flag, degree);
+  }
+  struct Need {
+    int64_t size;
+    int64_t ways;
+    const char* what;
+    const char* flag;
+  };
+  const Need needs[] = {
+      {dims.mla_heads, plan.tp, "num_attention_heads (MLA heads)", "--tp"},
+      {dims.kda_heads, plan.tp, "linear_attn_config.num_heads (KDA heads)", "--tp"},
+      {dims.dense_intermediate_size, plan.tp, "intermediate_size (dense MLP)", "--tp"},
+      {dims.moe_intermediate_size, plan.tp, "moe_intermediate_size (expert columns)", "--tp"},
+      {dims.vocab_size, plan.tp, "vocab_size (embedding and head rows)", "--tp"},
+      {dims.num_routed_experts, plan.ep, "the routed experts", "--ep"},
+  };
+  for (const Need& need : needs) {
+    if (need.size > 0 && need.size % need.ways != 0) {
+      return make_error(StatusCode::kInvalidArgument, "plan {}: {} {} is not divisible by {} {}",
+                        plan.describe(), need.what, need.size, need.flag, need.ways);
+    }
+  }
+  if (plan.ep > 1 && dims.num_routed_experts == 0) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "plan {}: --ep {} needs routed experts, and this model has none",
+                      plan.describe(), plan.ep);
+  }
+  return Status::ok_status();
+}
+
+int64_t split_ways(Split split, const ParallelPlan& plan) {
+  switch (split) {
+    case Split::kReplicated:
+      return 1;
+    case Split::kColumn:
+    case Split::kRow:
+    case Split::kByHead:
+    case Split::kByVocab:
+      return plan.tp;
+    case Split::kByExpert:
+      return int64_t{plan.tp} * plan.ep;
+  }
+  return 1;
+}
+
+}  // namespace dz::model

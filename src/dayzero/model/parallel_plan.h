@@ -1,0 +1,37 @@
+#pragma once
+// How a model is cut over ranks (docs/parallel.md §1): tp × ep (× cp) ranks. Rank r sits at
+// tp_rank = r % tp, ep_rank = (r / tp) % ep, cp_rank = r / (tp · ep). A TP group (same ep and cp
+// coordinates) splits attention, KDA, dense MLPs, shared experts, embeddings and head by heads,
+// columns or vocabulary; routed experts are split by whole experts over the ep coordinate and by
+// columns over tp, so each rank holds 1 / (tp · ep) of them; a CP group splits long prompts.
+
+#include <cstdint>
+#include <string>
+
+#include "dayzero/core/status.h"
+#include "dayzero/model/architecture.h"
+#include "dayzero/model/tensor_table.h"
+
+namespace dz::model {
+
+struct ParallelPlan {
+  int tp = 1;
+  int ep = 1;
+  int cp = 1;
+
+  int world_size() const { return tp * ep * cp; }
+  int tp_rank(int rank) const { return rank % tp; }
+  int ep_rank(int rank) const { return (rank / tp) % ep; }
+  int cp_rank(int rank) const { return rank / (tp * ep); }
+  std::string describe() const;  // "tp=2 ep=2 cp=1 (4 ranks)"
+};
+
+// kInvalidArgument naming the first size the plan does not divide (heads, KDA heads, experts,
+// intermediate sizes, vocabulary), or a degree below 1.
+Status validate_plan(const ParallelPlan& plan, const ModelDims& dims);
+
+// How many ranks share one tensor of this split: 1 for replicated, tp for head / column / row /
+// vocabulary splits, tp · ep for routed experts.
+int64_t split_ways(Split split, const ParallelPlan& plan);
+
+}  // namespace dz::model
