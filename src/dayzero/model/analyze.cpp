@@ -59,7 +59,8 @@ void count_caches(const ModelDims& d, const AnalyzeOptions& o, Analysis& a) {
   const bool fp8_fits = d.kv_lora_rank % 128 == 0;
   a.mla_bytes_per_token_bf16 = mla * bf16.record_bytes();
   a.mla_bytes_per_token_fp8 = fp8_fits ? mla * fp8.record_bytes() : 0;
-  a.index_bytes_per_token = a.mla_dsa_layers * (d.index_head_dim + 4);
+  // One FP8 key and its FP32 scale per pool of index_kpool tokens.
+  a.index_bytes_per_token = a.mla_dsa_layers * (d.index_head_dim + 4) / d.index_kpool;
   if (d.kda_heads > 0 && d.kda_heads % o.plan.tp == 0) {
     const KdaStateLayout state{.num_heads = d.kda_heads / o.plan.tp,
                                .head_dim = d.kda_head_dim,
@@ -119,8 +120,9 @@ std::vector<CommLine> step_comm(const ModelDims& d, const Analysis& a, const Par
         "T/ep * (r * (h_r*2 + 4) + k*8*(ep-1)/ep)", dispatch, moe, false);
     add("ep", "combine: weighted FP32 outputs back to the token's rank", "T/ep * r * h_r * 4",
         combine, moe, false);
+    // Means over the ranks where ep does not divide T.
     add("ep", "all-gather of the routed outputs over the EP group", "(ep-1)/ep * T * h_r * 4",
-        (plan.ep - 1) * (tokens / plan.ep) * hr * 4, moe, false);
+        std::llround((plan.ep - 1) * local_tokens * static_cast<double>(hr * 4)), moe, false);
   }
   if (plan.cp > 1 && prefill) {
     const int64_t b_kv =
@@ -145,50 +147,48 @@ struct Feature {
   std::string note;
 };
 
-void list_requirements(const Architecture* arch, const std::string& refusal,
+void list_requirements(const Architecture& arch, const std::string& refusal,
                        const formats::ConfigObject& root, const ModelDims& d, const Analysis& a,
                        const ParallelPlan& plan, Analysis& out) {
   auto need = [&](std::string item, bool supported, std::string note) {
     out.requirements.push_back({std::move(item), supported, std::move(note)});
   };
-  if (arch == nullptr) {
+  // The model as a whole, then each operator and format it uses: built or not, whether or not
+  // this model's recipe is.
+  if (!refusal.empty()) {
     need(fmt::format("model_type \"{}\"", out.model_type), false, refusal);
   } else {
-    need(fmt::format("model_type \"{}\" (recipe {})", out.model_type, arch->recipe_name()), true,
+    need(fmt::format("model_type \"{}\" (recipe {})", out.model_type, arch.recipe_name()), true,
          "tensor table, loader and forward");
   }
-  const bool ok = arch != nullptr;
   if (a.mla_layers + a.mla_dsa_layers > 0) {
-    need(d.mla_uses_rope ? "MLA with RoPE" : "MLA without RoPE (NoPE)", ok,
+    need(d.mla_uses_rope ? "MLA with RoPE" : "MLA without RoPE (NoPE)", true,
          fmt::format("{} heads, kv_lora_rank {}, rope dim {}", d.mla_heads, d.kv_lora_rank,
                      d.qk_rope_head_dim));
   }
   if (a.mla_dsa_layers > 0) {
-    need("DSA lightning indexer", ok,
-         fmt::format("index_topk {}, {} heads x {}, one key per token", d.index_topk,
-                     d.index_n_heads, d.index_head_dim));
+    need("DSA lightning indexer", true,
+         fmt::format("index_topk {}, {} heads x {}", d.index_topk, d.index_n_heads,
+                     d.index_head_dim));
   }
   if (a.kda_layers > 0) {
-    need("Kimi Delta Attention (KDA)", ok,
+    need("Kimi Delta Attention (KDA)", true,
          fmt::format("{} heads x {}, short conv {}", d.kda_heads, d.kda_head_dim, d.kda_conv_size));
   }
   if (a.moe_layers + a.latent_moe_layers > 0) {
-    need("MoE routing", ok,
+    need("MoE routing", true,
          fmt::format("{} routed, top {}, {} shared, {} groups / {} chosen", d.num_routed_experts,
                      d.num_experts_per_token, d.num_shared_experts, d.num_expert_groups,
                      d.topk_groups));
   }
   if (a.latent_moe_layers > 0) {
-    need("latent MoE", ok, fmt::format("routed experts at width {}", d.routed_hidden_size));
+    need("latent MoE", true, fmt::format("routed experts at width {}", d.routed_hidden_size));
   }
-  if (a.attn_res_layers > 0) need("attention residuals (AttnRes)", ok, "");
+  if (a.attn_res_layers > 0) need("attention residuals (AttnRes)", true, "");
   if (a.num_mtp_layers > 0) {
-    need("MTP layers", ok,
-         fmt::format("{} layer(s), loaded and run by forward_mtp", a.num_mtp_layers));
+    need("MTP layers", true, fmt::format("{} layer(s)", a.num_mtp_layers));
   }
-  if (arch != nullptr) {
-    need(fmt::format("weights: {}", arch->quantization().describe()), true, "");
-  }
+  need(fmt::format("weights: {}", arch.quantization().describe()), true, "");
   if (root.has("vision_config") || out.summary.by_component.contains("vision")) {
     need("vision tower (images in)", false, "text only: the tower's tensors are accepted, not run");
   }
@@ -274,7 +274,7 @@ Result<Analysis> analyze_config(const formats::ConfigObject& root, const Analyze
     a.decode_comm = step_comm(a.dims, a, options.plan, options.batch, options.batch, false);
     a.prefill_comm = step_comm(a.dims, a, options.plan, options.prefill_tokens, 1, true);
   }
-  list_requirements(a.runnable ? arch : nullptr, target.refusal, root, a.dims, a, options.plan, a);
+  list_requirements(*arch, target.refusal, root, a.dims, a, options.plan, a);
   for (const auto& [item, note] : arch->missing()) a.requirements.push_back({item, false, note});
   return a;
 }
@@ -309,10 +309,9 @@ std::string format_analysis_text(const Analysis& a) {
   line("pattern");
   for (const std::string& run : a.pattern) line("  " + run);
   if (a.mla_dsa_layers > 0) {
-    line(
-        fmt::format("sparse attn  index_topk {}, indexer {} heads x {}, one key per token "
-                    "(no pooling)",
-                    d.index_topk, d.index_n_heads, d.index_head_dim));
+    line(fmt::format("sparse attn  index_topk {}, indexer {} heads x {}, one key per {} token{}",
+                     d.index_topk, d.index_n_heads, d.index_head_dim, d.index_kpool,
+                     d.index_kpool == 1 ? "" : "s (pooled)"));
   }
   line(fmt::format("parameters   {} ({} active per token), {}", a.summary.total_params,
                    a.summary.active_params, bytes_text(a.summary.total_bytes)));
@@ -373,7 +372,7 @@ std::string format_analysis_json(const Analysis& a) {
   j["sparse_attention"] = {{"index_topk", d.index_topk},
                            {"index_n_heads", d.index_n_heads},
                            {"index_head_dim", d.index_head_dim},
-                           {"tokens_per_key", d.index_n_heads > 0 ? 1 : 0}};
+                           {"tokens_per_key", d.index_kpool}};
   j["params"] = {{"total", a.summary.total_params},
                  {"active", a.summary.active_params},
                  {"bytes", a.summary.total_bytes}};

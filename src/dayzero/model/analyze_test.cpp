@@ -136,6 +136,36 @@ TEST(Analyze, KimiK3AtTp8MatchesTheDesignFigure) {
   EXPECT_TRUE(has_requirement(a, "vision tower", false));
 }
 
+TEST(Analyze, Glm53FlashIsReadButNotRunnable) {
+  const Analysis a = analyze("glm5_next", {.plan = {.tp = 4}});
+  ASSERT_TRUE(a.plan_status.ok()) << a.plan_status.to_string();
+  EXPECT_FALSE(a.runnable);
+  // 45 layers, MLA on every fourth (3, 7, ..., 43), three dense, one MTP layer.
+  EXPECT_EQ(a.num_main_layers, 45);
+  EXPECT_EQ(a.num_mtp_layers, 1);
+  EXPECT_EQ(a.mla_dsa_layers, 11);
+  EXPECT_EQ(a.kda_layers, 34);
+  EXPECT_EQ(a.dense_mlp_layers, 3);
+  EXPECT_EQ(a.moe_layers, 42);
+  EXPECT_EQ(a.mixer_period, "[KDA KDA KDA MLA+DSA] x 11, then KDA");
+  // NoPE latent of 512: BF16 1024 B, FP8 512 + 4 scales x 4 B = 528 B, on 11 layers; one
+  // 132-byte indexer key per pool of 4 tokens: 33 B per token and layer.
+  EXPECT_EQ(a.mla_bytes_per_token_bf16, 11 * 1024);
+  EXPECT_EQ(a.mla_bytes_per_token_fp8, 11 * 528);
+  EXPECT_EQ(a.index_bytes_per_token, 11 * 33);
+  // 64 KDA heads / 4 = 16 per rank: 16 x 128 x 128 x 4 B of state, 3 x 3 x 16 x 128 x 2 B of
+  // conv rows, on 34 layers.
+  EXPECT_EQ(a.state_bytes_per_sequence, 34 * (16 * 128 * 128 * 4 + 3 * 3 * 16 * 128 * 2));
+  // mHC per main layer and sublayer: fn [4 x (2 + 4), 4 x 4096], base [24], scale [3].
+  EXPECT_EQ(a.summary.by_component.at("hyper_connections").num_params,
+            45 * 2 * (24 * 16384 + 24 + 3));
+  EXPECT_TRUE(has_requirement(a, "model_type \"glm5_next\"", false));
+  EXPECT_TRUE(has_requirement(a, "mHC hyper-connections", false));
+  EXPECT_TRUE(has_requirement(a, "pooled-block DSA indexer", false));
+  EXPECT_TRUE(has_requirement(a, "Kimi Delta Attention", true));
+  EXPECT_TRUE(has_requirement(a, "vision tower", false));
+}
+
 TEST(Analyze, NamesWhatAPlanDoesNotDivide) {
   const Analysis a = analyze("kimi_linear", {.plan = {.tp = 5}});
   EXPECT_FALSE(a.plan_status.ok());

@@ -47,6 +47,7 @@ struct ModelDims {
   int64_t index_n_heads = 0;
   int64_t index_head_dim = 0;
   int64_t index_topk = 0;
+  int64_t index_kpool = 1;  // tokens pooled into one indexer key (GLM-5.3-Flash: 4)
   // KDA: heads of head_dim (d_k = d_v) and the short conv's width.
   int64_t kda_heads = 0;
   int64_t kda_head_dim = 0;

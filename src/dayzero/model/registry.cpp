@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include "dayzero/model/arch/deepseek_v32.h"
+#include "dayzero/model/arch/glm5_next.h"
 #include "dayzero/model/arch/kimi_linear.h"
 
 namespace dz::model {
@@ -22,10 +23,14 @@ constexpr std::array kRecipes = {
     // dayzero's own hybrid: Kimi's KDA/FFN/AttnRes with DeepSeek-V3.2 RoPE MLA + DSA indexer
     // (docs/recipe_dayzero_hybrid.md).
     RecipeEntry{.model_type = "dayzero_hybrid", .parse = parse_dayzero_hybrid},
+    // Analysed (dayzero analyze), not run: its mHC hyper-connections and pooled-block indexer
+    // are not built.
     RecipeEntry{.model_type = "glm5_next",
-                .refusal =
-                    "GLM-5.3-Flash is recognised but not supported: its mHC hyper-connections "
-                    "and pooled-block indexer are not pinned down yet (docs/models.md §3.7, §7.4)"},
+                .text_model_type = "glm5_next_text",
+                .refusal = "GLM-5.3-Flash is recognised but not supported: its mHC "
+                           "hyper-connections and pooled-block indexer are not built yet "
+                           "(docs/models.md §3.7, §7.4; `dayzero analyze` reads its config)",
+                .analyze_only = parse_glm5_next_for_analysis},
 };
 
 }  // namespace

@@ -46,6 +46,8 @@ std::string_view component_name(Component component) {
       return "norms";
     case Component::kLmHead:
       return "lm_head";
+    case Component::kHyperConnections:
+      return "hyper_connections";
     case Component::kMtp:
       return "mtp";
     case Component::kVision:

@@ -32,6 +32,7 @@ enum class Component : unsigned char {
   kMtp,  // MTP-only tensors (enorm, hnorm, eh_proj, shared_head); MTP decoder layers keep
          // their own components and carry is_mtp
   kVision,
+  kHyperConnections,  // mHC stream mixing (GLM-5.3-Flash; analysis only so far)
 };
 std::string_view component_name(Component component);  // "routed_experts", ...
 
