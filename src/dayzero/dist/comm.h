@@ -1,5 +1,5 @@
 #pragma once
-// The collectives a multi-rank forward needs (docs/parallel.md §3), as the interface the model
+// The collectives a multi-rank forward needs (docs/parallel.md §2), as the interface the model
 // layers call: MpiComm (dist/mpi_comm.h) between processes, SoloComm in one process, where every
 // collective is the identity and moves nothing.
 //
@@ -138,7 +138,7 @@ class SoloComm final : public Comm {
 
 // Bytes `rank` receives from the others in all_reduce_sum of n elements over `ranks` ranks: the
 // other ranks' parts of its chunk, then every other chunk; 2 (N-1)/N · n · s where N divides n
-// (docs/parallel.md §8).
+// (docs/parallel.md §3).
 int64_t all_reduce_received_bytes(int64_t n, int ranks, int rank, WireType wire);
 
 // Splits n elements into `parts` contiguous chunks as evenly as possible (the first n % parts one

@@ -67,7 +67,7 @@ TEST(MpiComm, AllReduceSumsInRankOrderAndEveryRankGetsTheSameBits) {
     g_world->all_reduce_sum(data, 5);
     EXPECT_EQ(data, expected) << "n " << n;
     expect_same_on_every_rank(data);
-    // The formula of docs/parallel.md §8: 2 (N-1)/N n s, exact where N divides n.
+    // The formula of docs/parallel.md §3: 2 (N-1)/N n s, exact where N divides n.
     if (n % ranks == 0) {
       const CommCounts counts = g_world->stats().by_key().at({5, CommOp::kAllReduce});
       EXPECT_EQ(counts.bytes_received, 2 * (ranks - 1) * n / ranks * 4) << "n " << n;

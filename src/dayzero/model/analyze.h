@@ -24,7 +24,7 @@ struct AnalyzeOptions {
 };
 
 // One collective of a step: bytes one rank receives per layer, how many layers issue it, and the
-// step's total. The formulas are those of docs/parallel.md §8, with T the tokens of the step.
+// step's total. The formulas are those of docs/parallel.md §3, with T the tokens of the step.
 struct CommLine {
   std::string dimension;  // "tp", "ep", "cp"
   std::string what;       // "all-reduce after o_proj (MLA, KDA)"

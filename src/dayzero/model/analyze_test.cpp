@@ -128,8 +128,8 @@ TEST(Analyze, KimiK3AtTp8MatchesTheDesignFigure) {
   EXPECT_EQ(a.latent_moe_layers, 92);
   EXPECT_EQ(a.attn_res_layers, 93);
   EXPECT_EQ(a.mixer_period, "[KDA KDA KDA MLA] x 23, then MLA");
-  // 96 heads / 8 = 12 per rank: 69 x 12 x 128 x 128 x 4 B = 51.75 MiB of state (docs/parallel.md
-  // §2.3), plus 69 x 3 x 3 x 12 x 128 x 2 B of conv rows.
+  // 96 heads / 8 = 12 per rank: 69 x 12 x 128 x 128 x 4 B = 51.75 MiB of state, plus
+  // 69 x 3 x 3 x 12 x 128 x 2 B of conv rows.
   EXPECT_EQ(a.state_bytes_per_sequence, 69 * (12 * 128 * 128 * 4 + 3 * 3 * 12 * 128 * 2));
   EXPECT_EQ(a.dims.routed_hidden_size, 3584);
   EXPECT_TRUE(has_requirement(a, "latent MoE", true));
