@@ -15,6 +15,11 @@
 namespace dz::model {
 namespace {
 
+// The batch's sequences spread over the ep data-parallel groups; the busiest group's share.
+int64_t sequences_per_group(const AnalyzeOptions& o) {
+  return (o.batch + o.plan.ep - 1) / o.plan.ep;
+}
+
 int64_t stored_bytes(const TensorSpec& spec) {
   return (spec.shape.num_elems() * dtype_bits(spec.dtypes[0]) + 7) / 8;
 }
@@ -69,7 +74,9 @@ void count_caches(const ModelDims& d, const AnalyzeOptions& o, Analysis& a) {
   }
   const int64_t per_token =
       (fp8_fits ? a.mla_bytes_per_token_fp8 : a.mla_bytes_per_token_bf16) + a.index_bytes_per_token;
-  a.cache_bytes_per_rank = o.context * o.batch * per_token + o.batch * a.state_bytes_per_sequence;
+  const int64_t sequences = sequences_per_group(o);
+  a.cache_bytes_per_rank =
+      o.context * sequences * per_token + sequences * a.state_bytes_per_sequence;
 }
 
 // The collectives of one step of T tokens, `rows` of which ask for logits.
@@ -104,25 +111,25 @@ std::vector<CommLine> step_comm(const ModelDims& d, const Analysis& a, const Par
   }
   const int moe = a.moe_layers + a.latent_moe_layers;
   if (plan.ep > 1 && moe > 0) {
+    // Experts spread over all tp·ep ranks; each rank of a TP group sends its 1/tp share of the
+    // group's tokens once to every other rank holding one of their experts.
+    const int ranks = plan.tp * plan.ep;
     const int64_t hr = d.routed_hidden_size;
     const int64_t k = d.num_experts_per_token;
-    const double remote = expected_remote_ranks(d.num_routed_experts, k, plan.ep);
-    const double local_tokens = static_cast<double>(tokens) / plan.ep;
-    // Per (token, remote rank): BF16 activations and the token's index; per remote expert choice
-    // its id and FP32 weight.
+    const double remote = expected_remote_ranks(d.num_routed_experts, k, ranks);
+    const double local_tokens = static_cast<double>(tokens) / plan.tp;
+    // Per (token, remote rank): BF16 activations and the token's index; per expert choice on a
+    // remote rank its id and FP32 weight. Means over the ranks where tp does not divide T.
     const auto dispatch = static_cast<int64_t>(
         std::llround(local_tokens * (remote * static_cast<double>(hr * 2 + 4) +
-                                     static_cast<double>(k * 8 * (plan.ep - 1)) / plan.ep)));
+                                     static_cast<double>(k * 8 * (ranks - 1)) / ranks)));
     const auto combine =
         static_cast<int64_t>(std::llround(local_tokens * remote * static_cast<double>(hr * 4)));
     add("ep",
-        fmt::format("dispatch to the experts' ranks (r = {:.2f} remote ranks per token)", remote),
-        "T/ep * (r * (h_r*2 + 4) + k*8*(ep-1)/ep)", dispatch, moe, false);
-    add("ep", "combine: weighted FP32 outputs back to the token's rank", "T/ep * r * h_r * 4",
+        fmt::format("dispatch to the experts' ranks (r = {:.2f} other ranks per token)", remote),
+        "T/tp * (r * (h_r*2 + 4) + k*8*(N-1)/N), N = tp*ep", dispatch, moe, false);
+    add("ep", "combine: weighted FP32 outputs back to the token's rank", "T/tp * r * h_r * 4",
         combine, moe, false);
-    // Means over the ranks where ep does not divide T.
-    add("ep", "all-gather of the routed outputs over the EP group", "(ep-1)/ep * T * h_r * 4",
-        std::llround((plan.ep - 1) * local_tokens * static_cast<double>(hr * 4)), moe, false);
   }
   if (plan.cp > 1 && prefill) {
     const int64_t b_kv =
@@ -271,7 +278,8 @@ Result<Analysis> analyze_config(const formats::ConfigObject& root, const Analyze
     count_weights(table, options.plan, a);
     count_caches(a.dims, options, a);
     a.total_bytes_per_rank = a.weight_bytes_per_rank + a.cache_bytes_per_rank;
-    a.decode_comm = step_comm(a.dims, a, options.plan, options.batch, options.batch, false);
+    const int64_t decode_tokens = sequences_per_group(options);
+    a.decode_comm = step_comm(a.dims, a, options.plan, decode_tokens, decode_tokens, false);
     a.prefill_comm = step_comm(a.dims, a, options.plan, options.prefill_tokens, 1, true);
   }
   list_requirements(*arch, target.refusal, root, a.dims, a, options.plan, a);
@@ -339,8 +347,9 @@ std::string format_analysis_text(const Analysis& a) {
                      bytes_text(a.state_bytes_per_sequence)));
     for (const auto* comm : {&a.decode_comm, &a.prefill_comm}) {
       const bool decode = comm == &a.decode_comm;
-      line(fmt::format("comm/step    {} (T = {}), bytes received per rank:",
-                       decode ? "decode" : "prefill", decode ? o.batch : o.prefill_tokens));
+      line(fmt::format("comm/step    {} (T = {} per TP group), bytes received per rank:",
+                       decode ? "decode" : "prefill",
+                       decode ? sequences_per_group(o) : o.prefill_tokens));
       if (comm->empty()) line("  none (one rank per group)");
       for (const CommLine& c : *comm) {
         line(fmt::format("  {:<3} {} x {} = {}  {}: {}{}", c.dimension,

@@ -18,8 +18,9 @@ namespace dz::model {
 
 struct AnalyzeOptions {
   ParallelPlan plan;
-  int64_t context = 4096;         // tokens per sequence held in the cache
-  int64_t batch = 1;              // sequences decoding together (one token each per step)
+  int64_t context = 4096;  // tokens per sequence held in the cache
+  // Sequences decoding together (one token each per step), spread over the plan's ep groups.
+  int64_t batch = 1;
   int64_t prefill_tokens = 2048;  // tokens of one prefill step (one sequence's chunk)
 };
 
@@ -72,12 +73,12 @@ struct Analysis {
   int64_t index_bytes_per_token = 0;
   // Per sequence, per rank (KDA state and conv rows split by heads over TP).
   int64_t state_bytes_per_sequence = 0;
-  // context · batch tokens of cache (FP8 latent where the geometry allows it, else BF16) and batch
-  // recurrent states.
+  // context tokens of cache (FP8 latent where the geometry allows it, else BF16) and one recurrent
+  // state for each of the group's sequences (batch / ep, rounded up).
   int64_t cache_bytes_per_rank = 0;
   int64_t total_bytes_per_rank = 0;
 
-  std::vector<CommLine> decode_comm;   // T = batch
+  std::vector<CommLine> decode_comm;   // T = batch / ep tokens per TP group
   std::vector<CommLine> prefill_comm;  // T = prefill_tokens
   std::vector<Requirement> requirements;
 };

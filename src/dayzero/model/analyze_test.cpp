@@ -58,24 +58,27 @@ TEST(Analyze, DeepseekV32UnderTp4Ep2) {
   EXPECT_EQ(a.mla_bytes_per_token_bf16, 61 * 1152);
   EXPECT_EQ(a.index_bytes_per_token, 61 * 132);
   EXPECT_EQ(a.state_bytes_per_sequence, 0);
-  // 32768 tokens x 16 sequences x (40016 + 8052) B, on every rank (latent replicated over TP).
-  EXPECT_EQ(a.cache_bytes_per_rank, int64_t{32768} * 16 * 48068);
-  // Decode, T = 16: all-reduce 2 (4-1)/4 x 16 x 7168 x 4 B = 688128 B, after o_proj and after the
-  // FFN on each of the 61 layers.
+  // 16 sequences over ep = 2 TP groups: 8 per group. 32768 tokens x 8 sequences x
+  // (40016 + 8052) B on every rank of a group (the latent is replicated over TP).
+  EXPECT_EQ(a.cache_bytes_per_rank, int64_t{32768} * 8 * 48068);
+  // Decode, T = 8 per group: all-reduce 2 (4-1)/4 x 8 x 7168 x 4 B = 344064 B, after o_proj and
+  // after the FFN on each of the 61 layers.
   const CommLine* o_proj = find_line(a.decode_comm, "all-reduce after o_proj");
   ASSERT_NE(o_proj, nullptr);
-  EXPECT_EQ(o_proj->bytes_per_layer, 688128);
+  EXPECT_EQ(o_proj->bytes_per_layer, 344064);
   EXPECT_EQ(o_proj->layers, 61);
-  EXPECT_EQ(find_line(a.decode_comm, "all-reduce after the FFN")->bytes_per_step, 61 * 688128);
-  // Logits: rank 0 receives 3 ranks' 16 x 129280/4 FP32 rows.
-  EXPECT_EQ(find_line(a.decode_comm, "logit rows")->bytes_per_layer, 3 * 16 * 32320 * 4);
+  EXPECT_EQ(find_line(a.decode_comm, "all-reduce after the FFN")->bytes_per_step, 61 * 344064);
+  // Logits: rank 0 receives 3 ranks' 8 x 129280/4 FP32 rows.
+  EXPECT_EQ(find_line(a.decode_comm, "logit rows")->bytes_per_layer, 3 * 8 * 32320 * 4);
   // Prefill, T = 2048: 2 x 3/4 x 2048 x 7168 x 4 = 88080384 B per layer; one logits row.
   EXPECT_EQ(find_line(a.prefill_comm, "all-reduce after o_proj")->bytes_per_layer, 88080384);
   EXPECT_EQ(find_line(a.prefill_comm, "logit rows")->bytes_per_layer, 3 * 32320 * 4);
-  // EP 2 over 58 MoE layers: the routed outputs of the other 8 decode tokens, 7168 FP32 each.
-  const CommLine* gather = find_line(a.decode_comm, "all-gather of the routed outputs");
-  EXPECT_EQ(gather->bytes_per_layer, 8 * 7168 * 4);
-  EXPECT_EQ(gather->layers, 58);
+  // EP: 256 experts over 8 ranks; each rank sends its 8/4 = 2 tokens to r other ranks and gets
+  // r x 7168 FP32 values back per token, on the 58 MoE layers.
+  const double r = expected_remote_ranks(256, 8, 8);
+  const CommLine* combine = find_line(a.decode_comm, "combine");
+  EXPECT_EQ(combine->bytes_per_layer, std::llround(2 * r * 7168 * 4));
+  EXPECT_EQ(combine->layers, 58);
   EXPECT_TRUE(has_requirement(a, "DSA lightning indexer", true));
   EXPECT_TRUE(has_requirement(a, "tensor parallelism", false));
 }
@@ -174,7 +177,8 @@ TEST(Analyze, NamesWhatAPlanDoesNotDivide) {
       std::string::npos)
       << a.plan_status.message();
   const Analysis experts = analyze("deepseek_v32", {.plan = {.ep = 3}});
-  EXPECT_NE(experts.plan_status.message().find("the routed experts 256 is not divisible by --ep 3"),
+  EXPECT_NE(experts.plan_status.message().find(
+                "the 256 routed experts do not divide over tp x ep = 3 ranks"),
             std::string::npos)
       << experts.plan_status.message();
 }

@@ -24,15 +24,21 @@ Status validate_plan(const ParallelPlan& plan, const ModelDims& dims) {
       {dims.mla_heads, plan.tp, "num_attention_heads (MLA heads)", "--tp"},
       {dims.kda_heads, plan.tp, "linear_attn_config.num_heads (KDA heads)", "--tp"},
       {dims.dense_intermediate_size, plan.tp, "intermediate_size (dense MLP)", "--tp"},
-      {dims.moe_intermediate_size, plan.tp, "moe_intermediate_size (expert columns)", "--tp"},
+      {dims.moe_intermediate_size, plan.tp, "moe_intermediate_size (shared-expert columns)",
+       "--tp"},
       {dims.vocab_size, plan.tp, "vocab_size (embedding and head rows)", "--tp"},
-      {dims.num_routed_experts, plan.ep, "the routed experts", "--ep"},
   };
   for (const Need& need : needs) {
     if (need.size > 0 && need.size % need.ways != 0) {
       return make_error(StatusCode::kInvalidArgument, "plan {}: {} {} is not divisible by {} {}",
                         plan.describe(), need.what, need.size, need.flag, need.ways);
     }
+  }
+  const int64_t expert_ranks = int64_t{plan.tp} * plan.ep;
+  if (dims.num_routed_experts > 0 && dims.num_routed_experts % expert_ranks != 0) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "plan {}: the {} routed experts do not divide over tp x ep = {} ranks",
+                      plan.describe(), dims.num_routed_experts, expert_ranks);
   }
   if (plan.ep > 1 && dims.num_routed_experts == 0) {
     return make_error(StatusCode::kInvalidArgument,

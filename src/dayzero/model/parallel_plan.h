@@ -1,9 +1,10 @@
 #pragma once
 // How a model is cut over ranks (docs/parallel.md §1): tp × ep (× cp) ranks. Rank r sits at
-// tp_rank = r % tp, ep_rank = (r / tp) % ep, cp_rank = r / (tp · ep). A TP group (same ep and cp
-// coordinates) splits attention, KDA, dense MLPs, shared experts, embeddings and head by heads,
-// columns or vocabulary; routed experts are split by whole experts over the ep coordinate and by
-// columns over tp, so each rank holds 1 / (tp · ep) of them; a CP group splits long prompts.
+// tp_rank = r % tp, ep_rank = (r / tp) % ep, cp_rank = r / (tp · ep). A TP group (the tp ranks with
+// the same ep and cp coordinates) serves its own sequences and splits attention, KDA, dense MLPs,
+// shared experts, embeddings and head by heads, columns or vocabulary; the ep TP groups are
+// data-parallel. Routed experts are split by whole experts over all tp · ep ranks, tokens going to
+// them by all-to-all when ep > 1. A CP group splits one long prompt.
 
 #include <cstdint>
 #include <string>
@@ -31,7 +32,7 @@ struct ParallelPlan {
 Status validate_plan(const ParallelPlan& plan, const ModelDims& dims);
 
 // How many ranks share one tensor of this split: 1 for replicated, tp for head / column / row /
-// vocabulary splits, tp · ep for routed experts.
+// vocabulary splits, tp · ep for routed experts (whole experts per rank).
 int64_t split_ways(Split split, const ParallelPlan& plan);
 
 }  // namespace dz::model
