@@ -48,6 +48,17 @@ Status validate_plan(const ParallelPlan& plan, const ModelDims& dims) {
   return Status::ok_status();
 }
 
+RankShard RankShard::of(const ParallelPlan& plan, int rank) {
+  return {.tp_rank = plan.tp_rank(rank),
+          .tp = plan.tp,
+          .expert_rank = rank % (plan.tp * plan.ep),
+          .expert_ranks = plan.tp * plan.ep};
+}
+
+bool RankShard::holds_expert(int64_t expert, int64_t num_experts) const {
+  return expert >= expert_begin(num_experts) && expert < expert_end(num_experts);
+}
+
 int64_t split_ways(Split split, const ParallelPlan& plan) {
   switch (split) {
     case Split::kReplicated:

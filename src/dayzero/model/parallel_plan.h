@@ -27,6 +27,27 @@ struct ParallelPlan {
   std::string describe() const;  // "tp=2 ep=2 cp=1 (4 ranks)"
 };
 
+// Where one rank sits in a plan: its place in its TP group and among the ranks that split the
+// routed experts (all tp · ep of them).
+struct RankShard {
+  int tp_rank = 0;
+  int tp = 1;
+  int expert_rank = 0;
+  int expert_ranks = 1;
+
+  static RankShard of(const ParallelPlan& plan, int rank);
+  bool is_whole() const { return tp == 1 && expert_ranks == 1; }
+  // Whether this rank holds routed expert `expert` of `num_experts` (contiguous ranges).
+  bool holds_expert(int64_t expert, int64_t num_experts) const;
+  // Its experts: [expert_begin, expert_end).
+  int64_t expert_begin(int64_t num_experts) const {
+    return num_experts / expert_ranks * expert_rank;
+  }
+  int64_t expert_end(int64_t num_experts) const {
+    return num_experts / expert_ranks * (expert_rank + 1);
+  }
+};
+
 // kInvalidArgument naming the first size the plan does not divide (heads, KDA heads, experts,
 // intermediate sizes, vocabulary), or a degree below 1.
 Status validate_plan(const ParallelPlan& plan, const ModelDims& dims);

@@ -73,6 +73,10 @@ class TensorVisitor {
                            const std::string& original,
                            std::optional<kernels::LinearWeight>& copy) = 0;
 
+  // Whether routed expert `expert` of `num_experts` is visited on this rank: all of them, except
+  // when a WeightReader loads one rank's share (docs/parallel.md §1).
+  virtual bool holds_expert(int64_t /*expert*/, int64_t /*num_experts*/) const { return true; }
+
   // The full name of `name` under the current prefix.
   std::string full_name(std::string_view name) const;
 

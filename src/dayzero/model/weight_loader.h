@@ -15,20 +15,37 @@
 #include "dayzero/formats/checkpoint.h"
 #include "dayzero/formats/hf_config.h"
 #include "dayzero/kernels/linear.h"
+#include "dayzero/model/parallel_plan.h"
 #include "dayzero/model/tensor_visitor.h"
 
 namespace dz::model {
 
-// A token embedding table [vocab, d] left in the checkpoint's mapping (BF16, F16 or F32).
+// The part of a tensor one rank reads: the `index`-th of `ways` equal ranges along `axis` (the
+// whole tensor when ways is 1). Tensor parallelism cuts a linear's rows (column-parallel) or
+// columns (row-parallel), an embedding's vocabulary rows, a per-channel vector's channels.
+struct TensorSlice {
+  int axis = 0;
+  int index = 0;
+  int ways = 1;
+
+  bool whole() const { return ways == 1; }
+  int64_t begin(int64_t size) const { return size / ways * index; }
+  int64_t end(int64_t size) const { return size / ways * (index + 1); }
+};
+
+// A token embedding table [vocab, d] left in the checkpoint's mapping (BF16, F16 or F32). Under a
+// vocabulary split it holds rows [row_begin, row_begin + num_local_rows) and looks up only those:
+// other ids give zero rows, which the ranks' all-reduce fills in.
 class Embedding {
  public:
-  static Result<Embedding> from_view(const TensorView& table, const std::string& name);
+  static Result<Embedding> from_view(const TensorView& table, const std::string& name,
+                                     const TensorSlice& rows = {});
   Embedding() = default;
 
-  int64_t num_rows() const { return num_rows_; }
+  int64_t num_rows() const { return num_rows_; }  // the whole vocabulary
   int64_t dim() const { return dim_; }
-  // out [token_ids.size(), dim] = rows as FP32 (exact: every stored dtype widens exactly). The
-  // caller checks ids against num_rows().
+  // out [token_ids.size(), dim] = rows as FP32 (exact: every stored dtype widens exactly); zeros
+  // for ids outside this rank's rows. The caller checks ids against num_rows().
   void lookup(std::span<const int32_t> token_ids, float* out) const;
   // Whether both tables hold the same bytes (MTP copies of the main embedding and head).
   bool same_bytes(const Embedding& other) const;
@@ -38,6 +55,8 @@ class Embedding {
   DType dtype_ = DType::kBF16;
   int64_t num_rows_ = 0;
   int64_t dim_ = 0;
+  int64_t row_begin_ = 0;
+  int64_t row_end_ = 0;
 };
 
 class WeightLoader {
@@ -50,16 +69,23 @@ class WeightLoader {
   // compressed-tensors MXFP4 (docs/formats.md §3.4) when `<module>.weight_packed` exists: with
   // `<module>.weight_scale`, under a kMxfp4CompressedTensors config, and without a global scale or
   // zero point (other schemes).
-  Result<kernels::LinearWeight> linear(const std::string& module) const;
+  // With a slice, only its rows (axis 0) or columns (axis 1) are read; an FP8 slice must not cut
+  // a scale block that continues past it, an MXFP4 column slice must keep whole groups of 32.
+  Result<kernels::LinearWeight> linear(const std::string& module,
+                                       const TensorSlice& slice = {}) const;
   // Any float dtype, widened to FP32 and flattened; `num_elems` is what the caller expects.
   Result<std::vector<float>> floats(const std::string& name, int64_t num_elems) const;
-  Result<Embedding> embedding(const std::string& name) const;
+  // The same, of a tensor stored as `shape`, cut by `slice` along its axis.
+  Result<std::vector<float>> floats(const std::string& name, const Shape& shape,
+                                    const TensorSlice& slice) const;
+  Result<Embedding> embedding(const std::string& name, const TensorSlice& rows = {}) const;
   // Whether two tensors are stored with the same dtype, shape and bytes.
   bool same_bytes(const std::string& a, const std::string& b) const;
 
  private:
   Result<formats::CheckpointTensor> find(const std::string& name) const;
-  Result<kernels::LinearWeight> mxfp4_linear(const std::string& module) const;
+  Result<kernels::LinearWeight> mxfp4_linear(const std::string& module,
+                                             const TensorSlice& slice) const;
   // A view that is aligned for its dtype: the mapping when it is, else a copy kept in `copy`.
   TensorView aligned_view(const formats::CheckpointTensor& tensor,
                           std::vector<std::byte>& copy) const;
@@ -74,7 +100,10 @@ class WeightLoader {
 // checkpoint. The first error is kept (naming the tensor) and the rest of the walk is skipped.
 class WeightReader final : public TensorVisitor {
  public:
-  explicit WeightReader(const WeightLoader& loader) : loader_(loader) {}
+  // `shard`: which slice of each split tensor this rank reads (docs/parallel.md §1); the default
+  // reads everything.
+  explicit WeightReader(const WeightLoader& loader, RankShard shard = {})
+      : loader_(loader), shard_(shard) {}
 
   void linear(std::string_view name, int64_t out, int64_t in, Split split, Quantizable quantizable,
               kernels::LinearWeight& weight) override;
@@ -87,13 +116,18 @@ class WeightReader final : public TensorVisitor {
   void linear_copy(std::string_view name, int64_t out, int64_t in, const std::string& original,
                    std::optional<kernels::LinearWeight>& copy) override;
 
+  bool holds_expert(int64_t expert, int64_t num_experts) const override;
+
   const Status& status() const { return status_; }
 
  private:
   template <typename T>
   void keep(Result<T> result, T& into);
+  // The slice of a tensor of this split, `shape` as stored.
+  TensorSlice slice_of(Split split, const Shape& shape) const;
 
   const WeightLoader& loader_;
+  RankShard shard_;
   Status status_;
 };
 

@@ -264,6 +264,132 @@ TEST_P(WeightLoaderTest, EmbeddingLooksUpRowsAndComparesBytes) {
 }
 
 // Skew 0: every tensor aligned; skew 1: every BF16/F32 tensor misaligned in the mapping.
+
+// The part one rank reads of a [out, in] weight: rows (column-parallel) or columns (row-parallel)
+// of the whole weight, exactly, in every format.
+std::vector<float> slice_of_dense(const std::vector<float>& dense, int64_t out, int64_t in,
+                                  const TensorSlice& slice) {
+  std::vector<float> part;
+  const int64_t size = slice.axis == 0 ? out : in;
+  for (int64_t i = 0; i < out; ++i)
+    for (int64_t j = 0; j < in; ++j) {
+      const int64_t at = slice.axis == 0 ? i : j;
+      if (at >= slice.begin(size) && at < slice.end(size)) part.push_back(dense[i * in + j]);
+    }
+  return part;
+}
+
+void expect_slices_match(const WeightLoader& loader, int64_t out, int64_t in, int ways) {
+  Result<kernels::LinearWeight> whole = loader.linear("m");
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  std::vector<float> dense(static_cast<size_t>(out * in));
+  whole->dequantize(dense.data());
+  for (int axis : {0, 1})
+    for (int index = 0; index < ways; ++index) {
+      const TensorSlice slice{.axis = axis, .index = index, .ways = ways};
+      SCOPED_TRACE(::testing::Message() << "axis " << axis << " part " << index << "/" << ways);
+      Result<kernels::LinearWeight> part = loader.linear("m", slice);
+      ASSERT_TRUE(part.ok()) << part.status().to_string();
+      EXPECT_EQ(part->out_features(), axis == 0 ? out / ways : out);
+      EXPECT_EQ(part->in_features(), axis == 1 ? in / ways : in);
+      std::vector<float> got(static_cast<size_t>(part->out_features() * part->in_features()));
+      part->dequantize(got.data());
+      EXPECT_EQ(got, slice_of_dense(dense, out, in, slice));
+    }
+}
+
+TEST_P(WeightLoaderTest, SlicesOfEveryFormatAreTheRowsAndColumnsOfTheWhole) {
+  {
+    SCOPED_TRACE("BF16");
+    formats::Checkpoint ckpt = open({{"m.weight", "BF16", {8, 12}, random_bf16(96).first}});
+    expect_slices_match(WeightLoader(ckpt, {}), 8, 12, 2);
+    expect_slices_match(WeightLoader(ckpt, {}), 8, 12, 4);
+  }
+  {
+    // [256, 512] in 128 x 128 blocks, distinct scales: 4 ways cut columns on block boundaries,
+    // rows inside one block each (64 rows), both kept exactly.
+    SCOPED_TRACE("FP8");
+    const int64_t out = 256, in = 512;
+    std::vector<uint8_t> codes(static_cast<size_t>(out * in));
+    for (uint8_t& c : codes) {
+      do c = static_cast<uint8_t>(rng_() & 0xFF);
+      while ((c & 0x7F) == 0x7F);
+    }
+    std::vector<float> scale = {0.5f, 0.25f, 2.0f, 0.125f, 4.0f, 1.0f, 0.0625f, 8.0f};
+    formats::Checkpoint ckpt = open({{"m.weight", "F8_E4M3", {out, in}, as_bytes(codes)},
+                                     {"m.weight_scale_inv", "F32", {2, 4}, as_bytes(scale)}});
+    formats::QuantizationConfig quant;
+    quant.method = formats::QuantMethod::kFp8Block;
+    quant.block_rows = 128;
+    quant.block_cols = 128;
+    expect_slices_match(WeightLoader(ckpt, quant), out, in, 2);
+    expect_slices_match(WeightLoader(ckpt, quant), out, in, 4);
+    // 3 ways of 512 columns do not divide; 8 ways of 256 rows would be fine, 6 do not divide.
+    EXPECT_NE(WeightLoader(ckpt, quant)
+                  .linear("m", {.axis = 1, .index = 0, .ways = 3})
+                  .status()
+                  .message()
+                  .find("does not split into 3 equal parts"),
+              std::string::npos);
+  }
+  {
+    SCOPED_TRACE("FP8 cut inside a block");
+    // [4, 384] columns in 3 ways of 128: fine; [4, 192] in 2 ways of 96 columns: the second part
+    // starts at column 96 and crosses into block 1 at 128.
+    std::vector<uint8_t> codes(4 * 192, 0x38);
+    std::vector<float> scale = {1.0f, 2.0f};
+    formats::Checkpoint ckpt = open({{"m.weight", "F8_E4M3", {4, 192}, as_bytes(codes)},
+                                     {"m.weight_scale_inv", "F32", {1, 2}, as_bytes(scale)}});
+    formats::QuantizationConfig quant;
+    quant.method = formats::QuantMethod::kFp8Block;
+    quant.block_rows = 128;
+    quant.block_cols = 128;
+    EXPECT_EQ(WeightLoader(ckpt, quant)
+                  .linear("m", {.axis = 1, .index = 1, .ways = 2})
+                  .status()
+                  .message(),
+              "tensor \"m.weight\": columns [96, 192) of this rank cut a 128-wide FP8 scale block");
+  }
+  {
+    SCOPED_TRACE("MXFP4");
+    const int64_t out = 4, in = 128;
+    std::vector<uint8_t> packed(static_cast<size_t>(out * in / 2));
+    std::vector<uint8_t> scales(static_cast<size_t>(out * in / 32));
+    for (uint8_t& b : packed) b = static_cast<uint8_t>(rng_() & 0xFF);
+    for (uint8_t& c : scales) c = static_cast<uint8_t>(110 + rng_() % 30);
+    formats::Checkpoint ckpt = open({{"m.weight_packed", "U8", {out, in / 2}, as_bytes(packed)},
+                                     {"m.weight_scale", "U8", {out, in / 32}, as_bytes(scales)}});
+    expect_slices_match(WeightLoader(ckpt, mxfp4_config()), out, in, 2);
+    expect_slices_match(WeightLoader(ckpt, mxfp4_config()), out, in, 4);
+  }
+}
+
+TEST_P(WeightLoaderTest, FloatSlicesAndEmbeddingRows) {
+  auto [bytes, values] = random_bf16(2 * 6 * 3);
+  formats::Checkpoint ckpt =
+      open({{"v", "BF16", {2, 6, 3}, bytes}, {"e", "BF16", {6, 3}, bytes.substr(0, 36)}});
+  WeightLoader loader(ckpt, {});
+  // Axis 1 of [2, 6, 3] in 3 parts: part 1 is channels 2-3 of both outer rows.
+  Result<std::vector<float>> part =
+      loader.floats("v", Shape{2, 6, 3}, {.axis = 1, .index = 1, .ways = 3});
+  ASSERT_TRUE(part.ok()) << part.status().to_string();
+  std::vector<float> expected;
+  for (int o = 0; o < 2; ++o)
+    for (int c = 2; c < 4; ++c)
+      for (int i = 0; i < 3; ++i)
+        expected.push_back(values[static_cast<size_t>((o * 6 + c) * 3 + i)]);
+  EXPECT_EQ(*part, expected);
+  // Rows 3-5 of a 6-row table: other ids read as zeros.
+  Result<Embedding> table = loader.embedding("e", {.axis = 0, .index = 1, .ways = 2});
+  ASSERT_TRUE(table.ok());
+  std::vector<int32_t> ids = {1, 4};
+  std::vector<float> rows(6);
+  table->lookup(ids, rows.data());
+  EXPECT_EQ(std::vector<float>(rows.begin(), rows.begin() + 3), std::vector<float>(3, 0.0f));
+  EXPECT_EQ(std::vector<float>(rows.begin() + 3, rows.end()),
+            std::vector<float>(values.begin() + 12, values.begin() + 15));
+}
+
 INSTANTIATE_TEST_SUITE_P(Alignment, WeightLoaderTest, ::testing::Values(0u, 1u));
 
 }  // namespace
