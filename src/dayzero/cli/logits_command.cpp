@@ -13,6 +13,8 @@
 #include "dayzero/cli/model_args.h"
 #include "dayzero/formats/npy.h"
 
+#include <spdlog/spdlog.h>
+
 namespace dz::cli {
 namespace {
 
@@ -81,6 +83,9 @@ Status run(const LogitsArgs& args) {
                       "the engine returned {} logits rows and {} MTP rows for {} tokens",
                       all.size() / static_cast<size_t>(vocab),
                       mtp.size() / static_cast<size_t>(vocab), num_tokens);
+  // Every rank ran the same request to the same logits; rank 0 writes them.
+  if (const std::string traffic = traffic_summary(); !traffic.empty()) spdlog::info("{}", traffic);
+  if (model_rank() != 0) return Status::ok_status();
   DZ_RETURN_IF_ERROR(formats::write_npy_f32(args.output, all, Shape{num_tokens, vocab}));
   if (with_mtp)
     DZ_RETURN_IF_ERROR(formats::write_npy_f32(args.mtp_output, mtp, Shape{num_tokens - 1, vocab}));
@@ -94,6 +99,7 @@ RunCommand add_logits_command(CLI::App& app) {
       app.add_subcommand("logits", "Write float32 logits [n_tokens, vocab] of a token sequence");
   auto args = std::make_shared<LogitsArgs>();
   add_model_options(*command, args->model);
+  add_parallel_options(*command, args->model);
   command->add_option("--token-ids", args->token_ids, "comma-separated token ids")->required();
   command->add_option("--output", args->output, "the .npy file to write")->required();
   command->add_option("--mtp-output", args->mtp_output,

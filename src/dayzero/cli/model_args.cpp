@@ -6,8 +6,44 @@
 #include <fmt/format.h>
 
 #include "dayzero/cli/default_model.h"
+#include "dayzero/dist/mpi_comm.h"
 
 namespace dz::cli {
+namespace {
+
+// MPI for the whole process, started by the first multi-rank load and finalized at exit, after
+// every model (which only borrows the communicator) is gone.
+struct Ranks {
+  std::unique_ptr<dist::MpiSession> session;
+  std::unique_ptr<dist::MpiComm> world;
+};
+Ranks& ranks() {
+  static Ranks state;
+  return state;
+}
+
+// How long a rank waits in one collective before it names the operation and ends the job.
+constexpr double kCollectiveTimeoutSeconds = 120.0;
+
+Result<dist::Comm*> start_ranks(const model::ParallelPlan& plan) {
+  Ranks& state = ranks();
+  if (state.world == nullptr) {
+    if (!dist::launched_by_mpi())
+      return make_error(
+          StatusCode::kInvalidArgument,
+          "plan {} needs {} ranks: run this command under `mpirun -np {} dayzero ...`",
+          plan.describe(), plan.world_size(), plan.world_size());
+    DZ_ASSIGN_OR_RETURN(state.session, dist::MpiSession::start());
+    state.world = dist::MpiComm::world(kCollectiveTimeoutSeconds);
+  }
+  if (state.world->size() != plan.world_size())
+    return make_error(StatusCode::kInvalidArgument,
+                      "plan {} needs {} ranks, mpirun started {}: use `mpirun -np {}`",
+                      plan.describe(), plan.world_size(), state.world->size(), plan.world_size());
+  return static_cast<dist::Comm*>(state.world.get());
+}
+
+}  // namespace
 
 CLI::Validator integer_at_least(int64_t min) {
   return CLI::Validator(
@@ -47,6 +83,28 @@ void add_model_options(CLI::App& command, ModelArgs& args, bool model_has_defaul
       ->capture_default_str();
 }
 
+void add_parallel_options(CLI::App& command, ModelArgs& args) {
+  command.add_option("--tp", args.tp, "tensor-parallel ranks (under mpirun)")
+      ->check(integer_at_least(1))
+      ->capture_default_str();
+  command.add_option("--ep", args.ep, "expert-parallel groups (under mpirun)")
+      ->check(integer_at_least(1))
+      ->capture_default_str();
+}
+
+int model_rank() {
+  return ranks().world != nullptr ? ranks().world->rank() : 0;
+}
+
+std::string traffic_summary() {
+  const Ranks& state = ranks();
+  if (state.world == nullptr) return "";
+  const dist::CommCounts total = state.world->stats().total();
+  return fmt::format("rank {} of {}: {} collectives, {} bytes received, {} sent",
+                     state.world->rank(), state.world->size(), total.calls, total.bytes_received,
+                     total.bytes_sent);
+}
+
 ExecContext exec_context(const ModelArgs& args) {
   return ExecContext{.num_threads =
                          args.num_threads > 0 ? args.num_threads : default_num_threads()};
@@ -56,6 +114,11 @@ Result<std::unique_ptr<model::CausalLm>> load_model(const ModelArgs& args) {
   model::ModelOptions options;
   if (args.kv_cache_dtype == "bf16") options.kv_cache_dtype = kernels::KvCacheDtype::kBf16;
   if (args.kv_cache_dtype == "fp8") options.kv_cache_dtype = kernels::KvCacheDtype::kFp8;
+  options.plan = {.tp = args.tp, .ep = args.ep};
+  if (options.plan.world_size() > 1) {
+    DZ_ASSIGN_OR_RETURN(options.comm, start_ranks(options.plan));
+    options.rank = options.comm->rank();
+  }
   return model::load_causal_lm(args.model_dir, options);
 }
 

@@ -79,6 +79,12 @@ void count_caches(const ModelDims& d, const AnalyzeOptions& o, Analysis& a) {
       o.context * sequences * per_token + sequences * a.state_bytes_per_sequence;
 }
 
+// Whether the forward runs this model split by --tp (docs/parallel.md §5): KDA, AttnRes and latent
+// MoE layers are not split yet.
+bool tp_forward_built(const Analysis& a) {
+  return a.runnable && a.kda_layers == 0 && a.attn_res_layers == 0 && a.latent_moe_layers == 0;
+}
+
 // The collectives of one step of T tokens, `rows` of which ask for logits.
 std::vector<CommLine> step_comm(const ModelDims& d, const Analysis& a, const ParallelPlan& plan,
                                 int64_t tokens, int64_t rows, bool prefill) {
@@ -100,14 +106,16 @@ std::vector<CommLine> step_comm(const ModelDims& d, const Analysis& a, const Par
     const int64_t reduce =
         dist::all_reduce_received_bytes(tokens * h, plan.tp, 0, dist::WireType::kF32);
     const std::string formula = "2(tp-1)/tp * T * h * 4";
+    // What the forward splits so far: MLA (with or without the indexer), dense MLP and MoE.
+    const bool built = tp_forward_built(a);
     add("tp", "all-reduce after the embedding (rows split by vocabulary)", formula, reduce, 1,
-        false);
+        built);
     add("tp", "all-reduce after o_proj (MLA and KDA heads split)", formula, reduce,
-        a.num_main_layers, false);
-    add("tp", "all-reduce after the FFN (dense MLP, shared and routed expert columns)", formula,
-        reduce, a.num_main_layers, false);
-    add("tp", "logit rows gathered on rank 0 (head split by vocabulary)", "(tp-1)/tp * R * V * 4",
-        (plan.tp - 1) * rows * (d.vocab_size / plan.tp) * 4, 1, false);
+        a.num_main_layers, built);
+    add("tp", "all-reduce after the FFN (dense MLP, shared experts, this rank's routed experts)",
+        formula, reduce, a.num_main_layers, built);
+    add("tp", "logit columns all-gathered (head split by vocabulary)", "(tp-1)/tp * R * V * 4",
+        (plan.tp - 1) * rows * (d.vocab_size / plan.tp) * 4, 1, built);
   }
   const int moe = a.moe_layers + a.latent_moe_layers;
   if (plan.ep > 1 && moe > 0) {
@@ -200,7 +208,9 @@ void list_requirements(const Architecture& arch, const std::string& refusal,
     need("vision tower (images in)", false, "text only: the tower's tensors are accepted, not run");
   }
   if (plan.tp > 1)
-    need("tensor parallelism (--tp)", false, "the forward runs in one process so far");
+    need("tensor parallelism (--tp)", tp_forward_built(a),
+         tp_forward_built(a) ? "dayzero logits under mpirun; the other commands not yet"
+                             : "KDA, AttnRes and latent MoE layers are not split yet");
   if (plan.ep > 1)
     need("expert parallelism (--ep)", false, "the forward runs in one process so far");
   if (plan.cp > 1) need("context parallelism (--cp)", false, "not built yet");

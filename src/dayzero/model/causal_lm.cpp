@@ -23,6 +23,18 @@ Status CausalLm::forward_mtp(const ExecContext&, const ForwardBatch&, KvCache&,
 Result<std::unique_ptr<CausalLm>> load_causal_lm(const std::string& dir,
                                                  const ModelOptions& options) {
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<Architecture> arch, load_model_config(dir));
+  const ParallelPlan& plan = options.plan;
+  if (plan.world_size() > 1) {
+    DZ_RETURN_IF_ERROR(validate_plan(plan, arch->dims()));
+    if (plan.ep > 1 || plan.cp > 1)
+      return make_error(StatusCode::kUnsupported,
+                        "plan {}: the forward splits by --tp only so far (docs/parallel.md §5)",
+                        plan.describe());
+    if (options.comm == nullptr || options.comm->size() != plan.world_size())
+      return make_error(StatusCode::kInvalidArgument, "plan {} needs {} ranks, the job has {}",
+                        plan.describe(), plan.world_size(),
+                        options.comm == nullptr ? 1 : options.comm->size());
+  }
   DZ_ASSIGN_OR_RETURN(formats::Checkpoint checkpoint, formats::Checkpoint::open(dir));
   DZ_RETURN_IF_ERROR(inspect_checkpoint(*arch, checkpoint).status());
   return arch->load_model(std::make_unique<formats::Checkpoint>(std::move(checkpoint)), options);

@@ -12,9 +12,11 @@
 
 #include "dayzero/core/parallel.h"
 #include "dayzero/core/status.h"
+#include "dayzero/dist/comm.h"
 #include "dayzero/kernels/paged_cache.h"
 #include "dayzero/model/forward_batch.h"
 #include "dayzero/model/kv_cache.h"
+#include "dayzero/model/parallel_plan.h"
 #include "dayzero/model/taps.h"
 
 namespace dz::model {
@@ -22,6 +24,11 @@ namespace dz::model {
 struct ModelOptions {
   // MLA latent cache storage; nullopt: the recipe's default (deepseek_v32 fp8, Kimi bf16).
   std::optional<kernels::KvCacheDtype> kv_cache_dtype;
+  // Multi-rank (docs/parallel.md): this rank's place in the plan and the communicator over the
+  // plan's ranks; one process when comm is null.
+  ParallelPlan plan = {};
+  int rank = 0;
+  dist::Comm* comm = nullptr;
 };
 
 class CausalLm {

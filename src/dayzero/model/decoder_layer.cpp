@@ -106,6 +106,12 @@ void DecoderLayer::attention(const ExecContext& ctx, const ForwardBatch& batch, 
   }
   mla->forward(ctx, batch, normed, r_q > 0 ? c_q.data() : nullptr, cache.mla_layer(layer_id),
                attend, out, scratch, taps, layer_id);  // rounded BF16, taps "attn_out"
+  if (mla->config().output_is_partial) {
+    // This rank's heads' share of o_proj: summed over the ranks, then rounded once.
+    comm->all_reduce_sum(std::span(out, static_cast<size_t>(T * hidden_size)), layer_id);
+    kernels::round_to_bf16(out, T * hidden_size);
+    tap(taps, layer_id, "attn_out", out, {T, hidden_size});
+  }
 }
 
 void DecoderLayer::ffn(const ExecContext& ctx, const float* normed, int64_t num_tokens, float* out,
@@ -115,6 +121,9 @@ void DecoderLayer::ffn(const ExecContext& ctx, const float* normed, int64_t num_
     moe->forward(ctx, normed, num_tokens, out, scratch, taps, layer_id);
   else
     gated_mlp_forward(ctx, *dense_mlp, dense_activation, normed, num_tokens, out, scratch);
+  // Under a plan the output is this rank's columns and experts: summed over the ranks first.
+  if (comm != nullptr && comm->size() > 1)
+    comm->all_reduce_sum(std::span(out, static_cast<size_t>(num_tokens * hidden_size)), layer_id);
   kernels::round_to_bf16(out, num_tokens * hidden_size);
   tap(taps, layer_id, "ffn_out", out, {num_tokens, hidden_size});
 }
@@ -164,9 +173,22 @@ void visit_decoder_layer_tensors(TensorVisitor& v, const DecoderLayerConfig& c,
   }
 }
 
-DecoderLayer make_decoder_layer(const DecoderLayerConfig& c, DecoderLayerWeights w) {
+Result<DecoderLayer> make_decoder_layer(const DecoderLayerConfig& c, DecoderLayerWeights w,
+                                        const RankShard& shard, dist::Comm* comm) {
   const LayerSpec& spec = c.spec;
+  const bool split = !shard.is_whole();
+  if (split && spec.attention == AttentionKind::kKda)
+    return make_error(StatusCode::kUnsupported,
+                      "layer {}: KDA under tensor parallelism is not built yet", spec.layer_id);
+  if (split && spec.ffn == FfnKind::kLatentMoe)
+    return make_error(StatusCode::kUnsupported,
+                      "layer {}: latent MoE under tensor or expert parallelism is not built yet",
+                      spec.layer_id);
+  if (split && spec.attn_res)
+    return make_error(StatusCode::kUnsupported,
+                      "layer {}: AttnRes under tensor parallelism is not built yet", spec.layer_id);
   DecoderLayer layer;
+  layer.comm = split ? comm : nullptr;
   layer.layer_id = spec.layer_id;
   layer.hidden_size = c.hidden_size;
   layer.norm_eps = c.norm_eps;
@@ -180,7 +202,12 @@ DecoderLayer make_decoder_layer(const DecoderLayerConfig& c, DecoderLayerWeights
   if (spec.attention == AttentionKind::kKda) {
     layer.kda = std::make_unique<KdaBlock>(*c.kda, std::move(w.kda));
   } else {
-    layer.mla = std::make_unique<MlaBlock>(*c.mla, std::move(w.mla));
+    MlaConfig mla = *c.mla;
+    if (shard.tp > 1) {
+      mla.num_heads /= shard.tp;  // this rank's heads (validate_plan checked the division)
+      mla.output_is_partial = true;
+    }
+    layer.mla = std::make_unique<MlaBlock>(mla, std::move(w.mla));
     if (spec.attention == AttentionKind::kMlaDsa)
       layer.indexer = std::make_unique<DsaIndexer>(*c.indexer, std::move(w.indexer));
   }
@@ -188,7 +215,9 @@ DecoderLayer make_decoder_layer(const DecoderLayerConfig& c, DecoderLayerWeights
     layer.dense_mlp = std::move(w.dense_mlp);
     layer.dense_activation = c.dense_activation;
   } else {
-    layer.moe = std::make_unique<MoeBlock>(*c.moe, std::move(w.moe));
+    MoeConfig moe = *c.moe;
+    moe.output_is_partial = split;
+    layer.moe = std::make_unique<MoeBlock>(moe, std::move(w.moe));
   }
   return layer;
 }

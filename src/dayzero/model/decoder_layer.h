@@ -14,6 +14,7 @@
 
 #include "dayzero/core/arena.h"
 #include "dayzero/core/parallel.h"
+#include "dayzero/dist/comm.h"
 #include "dayzero/model/blocks/attn_res.h"
 #include "dayzero/model/blocks/dsa_indexer.h"
 #include "dayzero/model/blocks/kda.h"
@@ -22,6 +23,7 @@
 #include "dayzero/model/forward_batch.h"
 #include "dayzero/model/kv_cache.h"
 #include "dayzero/model/layer_schedule.h"
+#include "dayzero/model/parallel_plan.h"
 #include "dayzero/model/taps.h"
 #include "dayzero/model/tensor_visitor.h"
 
@@ -48,6 +50,10 @@ struct DecoderLayer {
   std::vector<float> attn_res_query;  // before the mixer
   std::vector<float> ffn_res_query;   // before the FFN
   bool attn_res_write = false;        // the running prefix joins the bank before the mixer
+
+  // Tensor or expert parallelism: the ranks whose partial mixer and FFN outputs are summed
+  // (docs/parallel.md §1); null in one process.
+  dist::Comm* comm = nullptr;
 
   AttentionKind attention_kind() const;
   FfnKind ffn_kind() const;
@@ -106,7 +112,10 @@ std::string decoder_layer_prefix(int layer_id);
 // "self_attn.indexer."), then the dense MLP under "mlp." or the MoE under moe_prefix.
 void visit_decoder_layer_tensors(TensorVisitor& v, const DecoderLayerConfig& c,
                                  DecoderLayerWeights& w);
-// The layer from the weights visit_decoder_layer_tensors loaded.
-DecoderLayer make_decoder_layer(const DecoderLayerConfig& c, DecoderLayerWeights w);
+// The layer from the weights visit_decoder_layer_tensors loaded. Under a parallel plan (`shard`
+// not whole, `comm` its ranks) the blocks run this rank's heads and experts, and the layer sums
+// their outputs over `comm`. KDA and latent MoE are not split yet: kUnsupported.
+Result<DecoderLayer> make_decoder_layer(const DecoderLayerConfig& c, DecoderLayerWeights w,
+                                        const RankShard& shard = {}, dist::Comm* comm = nullptr);
 
 }  // namespace dz::model

@@ -74,9 +74,12 @@ HybridModel::HybridModel(HybridModelParts parts) : parts_(std::move(parts)) {
   DZ_CHECK(!parts_.layers.empty(), "a model needs layers");
   DZ_CHECK(static_cast<int64_t>(parts_.final_norm.size()) == d, "final norm has {} values for {}",
            parts_.final_norm.size(), d);
-  DZ_CHECK(parts_.lm_head.in_features() == d && parts_.lm_head.out_features() == parts_.vocab_size,
-           "lm_head [{}, {}] for vocab {} and hidden {}", parts_.lm_head.out_features(),
-           parts_.lm_head.in_features(), parts_.vocab_size, d);
+  const int ranks = parts_.comm != nullptr ? parts_.comm->size() : 1;
+  DZ_CHECK(parts_.lm_head.in_features() == d &&
+               parts_.lm_head.out_features() * ranks == parts_.vocab_size,
+           "lm_head [{}, {}] for vocab {} over {} rank(s) and hidden {}",
+           parts_.lm_head.out_features(), parts_.lm_head.in_features(), parts_.vocab_size, ranks,
+           d);
   for (const DecoderLayer& layer : parts_.layers) {
     DZ_CHECK(layer.hidden_size == d, "layer {} hidden size {}", layer.layer_id, layer.hidden_size);
     DZ_CHECK((layer.mla != nullptr) != (layer.kda != nullptr), "layer {}: one token mixer",
@@ -224,6 +227,9 @@ Status HybridModel::forward_hidden(const ExecContext& ctx, const ForwardBatch& b
   const int64_t T = batch.num_tokens();
   const int64_t d = parts_.hidden_size;
   parts_.embed_tokens.lookup(batch.token_ids, out);  // BF16 values: already BF16-valued
+  // Vocabulary split: each row came from one rank and is zero on the others, so the sum is exact.
+  if (parts_.comm != nullptr)
+    parts_.comm->all_reduce_sum(std::span(out, static_cast<size_t>(T * d)), -1);
   if (!has_attn_res()) {
     for (const DecoderLayer& layer : parts_.layers) run_plain(ctx, layer, batch, cache, out, taps);
     return Status::ok_status();
@@ -274,7 +280,24 @@ void HybridModel::lm_head(const ExecContext& ctx, const float* normed,
   for (int64_t r = 0; r < num_rows; ++r)
     std::memcpy(picked.data() + r * d, normed + rows[static_cast<size_t>(r)] * d,
                 static_cast<size_t>(d) * sizeof(float));
-  parts_.lm_head.forward(ctx, picked.data(), num_rows, logits);
+  if (parts_.comm == nullptr) {
+    parts_.lm_head.forward(ctx, picked.data(), num_rows, logits);
+    return;
+  }
+  // Vocabulary split: this rank's columns of every row, then all ranks' columns side by side.
+  const int ranks = parts_.comm->size();
+  const int64_t local = parts_.lm_head.out_features();
+  std::vector<float> mine(static_cast<size_t>(num_rows * local));
+  parts_.lm_head.forward(ctx, picked.data(), num_rows, mine.data());
+  std::vector<float> all(static_cast<size_t>(num_rows * local * ranks));  // [rank, rows, local]
+  const std::vector<int64_t> counts(static_cast<size_t>(ranks), num_rows * local);
+  parts_.comm->all_gather(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)),
+                          counts, dist::WireType::kF32, -1);
+  for (int r = 0; r < ranks; ++r)
+    for (int64_t row = 0; row < num_rows; ++row)
+      std::memcpy(logits + row * local * ranks + r * local,
+                  all.data() + (r * num_rows + row) * local,
+                  static_cast<size_t>(local) * sizeof(float));
 }
 
 Status HybridModel::forward(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,

@@ -32,6 +32,9 @@ struct HybridModelParts {
   // AttnRes: the final mix's folded query [d]; empty without AttnRes. With it every layer must
   // carry its two queries.
   std::vector<float> final_attn_res_query;
+  // Tensor parallelism: the TP group's ranks, over which the vocabulary-split embedding rows are
+  // summed and the head's logit columns gathered; null in one process.
+  dist::Comm* comm = nullptr;
 };
 
 // The tensors every model has, under the recipe's prefix: the embedding

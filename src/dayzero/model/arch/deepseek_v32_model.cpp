@@ -184,11 +184,14 @@ DeepseekV32Model::~DeepseekV32Model() = default;
 Result<std::unique_ptr<DeepseekV32Model>> DeepseekV32Model::load(
     const DeepseekV32Config& config, const std::string& prefix,
     std::unique_ptr<formats::Checkpoint> checkpoint, const ModelOptions& options) {
+  const RankShard shard = RankShard::of(options.plan, options.rank);
   WeightLoader loader(*checkpoint, config.quantization_config);
-  WeightReader reader(loader);
+  WeightReader reader(loader, shard);
   DeepseekV32Weights w;
-  visit_deepseek_v32(reader, config, prefix, std::min<int64_t>(config.num_nextn_predict_layers, 1),
-                     w);
+  // The MTP layer (speculative drafts) runs in one process only so far.
+  const int64_t mtp_layers =
+      shard.is_whole() ? std::min<int64_t>(config.num_nextn_predict_layers, 1) : 0;
+  visit_deepseek_v32(reader, config, prefix, mtp_layers, w);
   DZ_RETURN_IF_ERROR(reader.status());
 
   HybridModelParts parts = std::move(w.parts);
@@ -197,16 +200,21 @@ Result<std::unique_ptr<DeepseekV32Model>> DeepseekV32Model::load(
   parts.final_norm_eps = static_cast<float>(config.rms_norm_eps);
   parts.kv_cache_dtype = options.kv_cache_dtype.value_or(kernels::KvCacheDtype::kFp8);
   const LayerSchedule schedule = deepseek_v32_schedule(config);
-  for (size_t i = 0; i < static_cast<size_t>(config.num_hidden_layers); ++i)
-    parts.layers.push_back(
-        make_decoder_layer(layer_config(config, schedule.layers[i]), std::move(w.layers[i])));
+  parts.comm = shard.is_whole() ? nullptr : options.comm;
+  for (size_t i = 0; i < static_cast<size_t>(config.num_hidden_layers); ++i) {
+    DZ_ASSIGN_OR_RETURN(DecoderLayer layer,
+                        make_decoder_layer(layer_config(config, schedule.layers[i]),
+                                           std::move(w.layers[i]), shard, options.comm));
+    parts.layers.push_back(std::move(layer));
+  }
   parts.checkpoint = std::move(checkpoint);
   std::unique_ptr<DeepseekV32Model> m(new DeepseekV32Model(std::move(parts), config));
   if (!w.mtp.empty()) {
     auto mtp = std::make_unique<Mtp>(std::move(w.mtp.front()));
     const size_t l = static_cast<size_t>(config.num_hidden_layers);
-    mtp->layer =
-        make_decoder_layer(layer_config(config, schedule.layers[l]), std::move(w.layers[l]));
+    DZ_ASSIGN_OR_RETURN(mtp->layer,
+                        make_decoder_layer(layer_config(config, schedule.layers[l]),
+                                           std::move(w.layers[l]), shard, options.comm));
     m->add_extra_layer(&mtp->layer);  // its caches follow the main layers'
     m->mtp_ = std::move(mtp);
   }

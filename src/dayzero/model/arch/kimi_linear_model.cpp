@@ -160,8 +160,9 @@ Result<std::unique_ptr<CausalLm>> load_kimi_linear_model(
                       "--kv-cache-dtype fp8 quantizes the MLA latent in tiles of 128, but "
                       "kv_lora_rank is {}; use bf16",
                       config.kv_lora_rank);
+  const RankShard shard = RankShard::of(options.plan, options.rank);
   WeightLoader loader(*checkpoint, config.quantization_config);
-  WeightReader reader(loader);
+  WeightReader reader(loader, shard);
   KimiWeights w;
   visit_kimi_linear(reader, config, prefix, w);
   DZ_RETURN_IF_ERROR(reader.status());
@@ -175,9 +176,13 @@ Result<std::unique_ptr<CausalLm>> load_kimi_linear_model(
   if (config.attn_res_block_size)
     parts.final_attn_res_query = attn_res_folded_query(w.final_res.proj, w.final_res.norm);
   const LayerSchedule schedule = kimi_linear_schedule(config);
-  for (size_t i = 0; i < schedule.layers.size(); ++i)
-    parts.layers.push_back(
-        make_decoder_layer(layer_config(config, schedule.layers[i]), std::move(w.layers[i])));
+  parts.comm = shard.is_whole() ? nullptr : options.comm;
+  for (size_t i = 0; i < schedule.layers.size(); ++i) {
+    DZ_ASSIGN_OR_RETURN(DecoderLayer layer,
+                        make_decoder_layer(layer_config(config, schedule.layers[i]),
+                                           std::move(w.layers[i]), shard, options.comm));
+    parts.layers.push_back(std::move(layer));
+  }
   parts.checkpoint = std::move(checkpoint);
   return std::unique_ptr<CausalLm>(std::make_unique<HybridModel>(std::move(parts)));
 }

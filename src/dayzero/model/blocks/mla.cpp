@@ -306,6 +306,7 @@ void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
   }
   kernels::round_to_bf16(o, T * H * d_v);
   weights_.o_proj.forward(ctx, o, T, out);
+  if (c.output_is_partial) return;
   kernels::round_to_bf16(out, T * c.hidden_size);
   tap(taps, layer_id, "attn_out", out, Shape{T, c.hidden_size});
 }

@@ -34,6 +34,9 @@ struct MlaConfig {
   float kv_norm_eps = 1e-6f;  // kv_a_layernorm
   std::optional<kernels::RopeFrequencies> rope;  // interleaved; nullopt for NoPE (Kimi)
   bool output_gate = false;  // K3: o_h ⊙ σ(Linear(x; g_proj))_h before o_proj
+  // Tensor parallelism (docs/parallel.md §1): num_heads are this rank's heads, and o_proj's output
+  // is a partial sum the caller all-reduces and then rounds; forward() leaves it in FP32.
+  bool output_is_partial = false;
 };
 
 struct MlaWeights {

@@ -295,6 +295,7 @@ void visit_moe_tensors(TensorVisitor& v, const MoeConfig& c, MoeWeights& w) {
   }
   w.experts.resize(static_cast<size_t>(E));
   for (int64_t e = 0; e < E; ++e) {
+    if (!v.holds_expert(e, E)) continue;
     Scope expert(v,
                  {.prefix = fmt::format("experts.{}.", e), .component = Component::kRoutedExperts});
     visit_gated_mlp_tensors(v, c.expert_names, c.intermediate_size, expert_width,
@@ -316,7 +317,19 @@ MoeBlock::MoeBlock(MoeConfig config, MoeWeights weights)
            config_.num_experts);
   DZ_CHECK(weights_.latent_down_proj.has_value() == weights_.latent_up_proj.has_value(),
            "latent MoE needs both latent projections");
-  expert_width_ = weights_.experts[0].gate_proj.in_features();
+  // A rank of a parallel plan holds some experts; the others stay empty and are skipped.
+  for (const MlpWeights& expert : weights_.experts)
+    held_.push_back(expert.gate_proj.out_features() > 0);
+  const auto first_held = std::find(held_.begin(), held_.end(), true);
+  DZ_CHECK(first_held != held_.end(), "MoE: no routed expert loaded");
+  DZ_CHECK(config_.output_is_partial ||
+               std::all_of(held_.begin(), held_.end(), [](bool h) { return h; }),
+           "MoE: a single-process block must hold every routed expert");
+  expert_width_ =
+      weights_.experts[static_cast<size_t>(first_held - held_.begin())].gate_proj.in_features();
+  // The latent norm needs the whole routed sum, which a rank holding some experts does not have.
+  DZ_CHECK(!config_.output_is_partial || !weights_.latent_down_proj,
+           "latent MoE under tensor or expert parallelism is not built");
   hidden_size_ = expert_width_;
   if (weights_.latent_down_proj) {
     hidden_size_ = weights_.latent_down_proj->in_features();
@@ -347,7 +360,8 @@ MoeBlock::MoeBlock(MoeConfig config, MoeWeights weights)
              "MoE expert shapes do not match width {}", width);
     max_intermediate_ = std::max(max_intermediate_, inter);
   };
-  for (const MlpWeights& mlp : weights_.experts) check_mlp(mlp, expert_width_);
+  for (size_t e = 0; e < weights_.experts.size(); ++e)
+    if (held_[e]) check_mlp(weights_.experts[e], expert_width_);
   for (const MlpWeights& mlp : weights_.shared_experts) check_mlp(mlp, hidden_size_);
   router_is_bf16_ = std::all_of(weights_.gate_weight.begin(), weights_.gate_weight.end(),
                                 [](float v) { return formats::round_to_bf16(v) == v; });
@@ -468,6 +482,10 @@ void MoeBlock::forward(const ExecContext& ctx, const float* x, int64_t num_token
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t count = expert_begin[e + 1] - expert_begin[e];
     if (count == 0) continue;
+    if (!held_[static_cast<size_t>(e)]) {  // another rank's expert: contributes nothing here
+      std::fill_n(slot_out + expert_begin[e] * r, count * r, 0.0f);
+      continue;
+    }
     if (count <= kFewTokensPerExpert && ctx.num_threads > 1)
       few.push_back(e);
     else
@@ -513,7 +531,7 @@ void MoeBlock::forward(const ExecContext& ctx, const float* x, int64_t num_token
     for (int64_t e = 0; e < num_tokens * d; ++e) sum[e] += expert_out[e];
   }
   std::copy_n(sum, num_tokens * d, out);
-  kernels::round_to_bf16(out, num_tokens * d);
+  if (!config_.output_is_partial) kernels::round_to_bf16(out, num_tokens * d);
 }
 
 }  // namespace dz::model

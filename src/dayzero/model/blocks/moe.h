@@ -75,6 +75,10 @@ struct MoeConfig {
   int64_t latent_size = 0;         // latent MoE: the experts' width r; 0 without
   bool latent_norm = false;        // latent MoE: RMSNorm of the routed sum
   GatedMlpNames expert_names = kProjNames;
+  // Tensor or expert parallelism (docs/parallel.md §1): this rank holds only some routed experts
+  // (the others' weights are empty) or a column slice of the shared experts, so its output is a
+  // partial sum that the caller all-reduces and then rounds; forward() leaves it in FP32.
+  bool output_is_partial = false;
 };
 
 struct MoeWeights {
@@ -91,7 +95,8 @@ struct MoeWeights {
 
 // The MoE's tensors under its prefix ("mlp." or "block_sparse_moe."): the router "gate" and its
 // correction bias (replicated), the latent projections (replicated), routed experts
-// "experts.<e>." by expert, the shared experts "shared_experts." tensor-parallel.
+// "experts.<e>." by expert (only those the visitor holds_expert()), the shared experts
+// "shared_experts." tensor-parallel.
 void visit_moe_tensors(TensorVisitor& v, const MoeConfig& c, MoeWeights& w);
 
 // Routing decisions for inspection and operator tests.
@@ -132,6 +137,7 @@ class MoeBlock {
   int64_t hidden_size_ = 0;
   int64_t expert_width_ = 0;      // input width of the routed experts: d, or r when latent
   int64_t max_intermediate_ = 0;  // widest gate_proj among routed and shared experts
+  std::vector<bool> held_;        // [E]: the routed experts this rank holds
   // The router as a BF16 linear (exact: the gate weight is BF16-valued), for a fast FP32-
   // accumulating x·Wgᵀ; empty if some gate value is not BF16, then the scalar loop runs.
   kernels::LinearWeight router_;
