@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# `mpirun -np N dayzero logits --tp N` against the single process (docs/parallel.md): the tiny
-# DeepSeek-V3.2 checkpoint (MLA heads, the replicated DSA indexer, dense MLP and MoE split over the
-# ranks) at TP 2 and TP 4 (4 ranks oversubscribe 2 cores), full prefill, chunked prefill and
-# decode, within the model-level tolerance; the bytes each rank received equal the all-reduce and
-# gather formulas; impossible plans fail on every rank with a message, never a hang.
+# `mpirun -np N dayzero logits --tp N` against the single process (docs/parallel.md): every
+# architecture (tiny DeepSeek-V3.2: MLA heads, the replicated DSA indexer, dense MLP and MoE;
+# Kimi-Linear: KDA heads and their states; Kimi-K3: latent MoE, AttnRes, gated MLA; the demo model,
+# dayzero_hybrid) at TP 2 and TP 4 (4 ranks oversubscribe 2 cores), full prefill, chunked prefill
+# and decode, within the model-level tolerance; the bytes each rank received equal the all-reduce
+# and gather formulas; impossible plans fail on every rank with a message, never a hang.
 # $1 = the dayzero binary; ctest sets PYTHONPATH (python/).
 set -euo pipefail
 dayzero=$1
@@ -16,11 +17,9 @@ mpirun=(mpirun --oversubscribe --bind-to none --mca btl self,vader
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-"$python" -m dayzero_ref.make_tiny deepseek_v32 "$work/ds" --seed 3 >/dev/null
-"$python" -m dayzero_ref.make_tiny kimi_linear "$work/kimi" --seed 3 >/dev/null
-# 40 tokens: past index_topk (16), so the indexer selects in prefill and decode.
-ids=$("$python" -c "import random; r = random.Random(5); print(','.join(str(r.randrange(512)) for _ in range(40)))")
-
+for arch in deepseek_v32 kimi_linear kimi_k3; do
+  "$python" -m dayzero_ref.make_tiny "$arch" "$work/$arch" --seed 3 >/dev/null
+done
 compare() {  # compare A.npy B.npy: per-position relative L2 and argmax agreement
   "$python" - "$1" "$2" <<'PY'
 import sys
@@ -36,24 +35,35 @@ assert np.median(rel) < 2e-2 and agree >= 0.95, "multi-rank logits differ from o
 PY
 }
 
-for path in "" "--prefill-chunk 7" "--decode-from 10" "--decode-from 17 --prefill-chunk 5"; do
-  echo "path: ${path:-full prefill}"
-  # shellcheck disable=SC2086
-  "$dayzero" --log-level warn logits --model "$work/ds" --token-ids "$ids" --threads 1 $path \
-    --output "$work/one.npy"
-  for tp in 2 4; do
+run_paths() {  # run_paths MODEL_DIR VOCAB: every path at TP 2 and 4 against one process
+  local model=$1 vocab=$2
+  # 40 tokens: past index_topk (16) of the DSA models, so the indexer selects in prefill and decode.
+  local ids
+  ids=$("$python" -c "import random; r = random.Random(5); print(','.join(str(r.randrange($vocab)) for _ in range(40)))")
+  for path in "" "--prefill-chunk 7" "--decode-from 10" "--decode-from 17 --prefill-chunk 5"; do
+    echo "$(basename "$model"), path: ${path:-full prefill}"
     # shellcheck disable=SC2086
-    "${mpirun[@]}" -np $tp "$dayzero" logits --model "$work/ds" --token-ids "$ids" --threads 1 \
-      --tp $tp $path --output "$work/tp$tp.npy" 2>"$work/tp$tp.log" || { cat "$work/tp$tp.log"; fail "tp $tp"; }
-    echo " tp $tp:"
-    compare "$work/one.npy" "$work/tp$tp.npy"
+    "$dayzero" --log-level warn logits --model "$model" --token-ids "$ids" --threads 1 $path \
+      --output "$work/one.npy"
+    for tp in 2 4; do
+      # shellcheck disable=SC2086
+      "${mpirun[@]}" -np $tp "$dayzero" logits --model "$model" --token-ids "$ids" --threads 1 \
+        --tp $tp $path --output "$work/tp$tp.npy" 2>"$work/tp$tp.log" || { cat "$work/tp$tp.log"; fail "tp $tp"; }
+      echo " tp $tp:"
+      compare "$work/one.npy" "$work/tp$tp.npy"
+    done
   done
-done
+}
+run_paths "$work/deepseek_v32" 512
+run_paths "$work/kimi_linear" 512
+run_paths "$work/kimi_k3" 512
+run_paths "$DZ_SOURCE_DIR/models/demo" 4096
 
 # Bytes on the wire, full prefill of T = 40 tokens (one step): h = 256, 4 layers. Each rank
 # receives 2 (N-1)/N T h 4 per all-reduce (embedding, then after o_proj and after the FFN of each
 # layer: 9) and the other ranks' logit columns, (N-1) T (512/N) 4.
-"${mpirun[@]}" -np 2 "$dayzero" logits --model "$work/ds" --token-ids "$ids" --threads 1 --tp 2 \
+ids=$("$python" -c "print(','.join(str(i * 7 % 512) for i in range(40)))")
+"${mpirun[@]}" -np 2 "$dayzero" logits --model "$work/deepseek_v32" --token-ids "$ids" --threads 1 --tp 2 \
   --output "$work/bytes.npy" 2>"$work/bytes.log"
 expected=$(( 9 * 2 * 1 * 40 * 256 * 4 / 2 + 1 * 40 * 256 * 4 ))
 for rank in 0 1; do
@@ -74,11 +84,11 @@ expect_failure() {  # expect_failure PATTERN RANKS ARGS...
     fail "expected /$pattern/ from each of $ranks ranks, got: $(cat "$work/err")"
   echo "refused as expected by $ranks ranks: $(grep -m1 -E -- "$pattern" "$work/err")"
 }
-expect_failure "num_attention_heads \(MLA heads\) 4 is not divisible by --tp 3" 3 --model "$work/ds" --tp 3
-expect_failure "plan tp=2 ep=1 cp=1 \(2 ranks\) needs 2 ranks, mpirun started 4" 4 --model "$work/ds" --tp 2
-expect_failure "KDA under tensor parallelism is not built yet" 2 --model "$work/kimi" --tp 2
+expect_failure "num_attention_heads \(MLA heads\) 4 is not divisible by --tp 3" 3 --model "$work/deepseek_v32" --tp 3
+expect_failure "plan tp=2 ep=1 cp=1 \(2 ranks\) needs 2 ranks, mpirun started 4" 4 --model "$work/deepseek_v32" --tp 2
+expect_failure "the forward splits by --tp only so far" 2 --model "$work/kimi_linear" --ep 2
 # Without mpirun: the command says how to launch it.
-if "$dayzero" logits --model "$work/ds" --token-ids 1,2 --output "$work/x.npy" --tp 2 2>"$work/err"; then
+if "$dayzero" logits --model "$work/deepseek_v32" --token-ids 1,2 --output "$work/x.npy" --tp 2 2>"$work/err"; then
   fail "--tp 2 ran without mpirun"
 fi
 grep -q "run this command under \`mpirun -np 2 dayzero" "$work/err" || fail "no launch hint: $(cat "$work/err")"

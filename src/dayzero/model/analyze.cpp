@@ -20,10 +20,6 @@ int64_t sequences_per_group(const AnalyzeOptions& o) {
   return (o.batch + o.plan.ep - 1) / o.plan.ep;
 }
 
-int64_t stored_bytes(const TensorSpec& spec) {
-  return (spec.shape.num_elems() * dtype_bits(spec.dtypes[0]) + 7) / 8;
-}
-
 void count_layers(const LayerSchedule& schedule, Analysis& a) {
   a.num_main_layers = schedule.num_main_layers();
   a.num_mtp_layers = schedule.num_mtp_layers();
@@ -37,21 +33,6 @@ void count_layers(const LayerSchedule& schedule, Analysis& a) {
     a.attn_res_layers += !layer.is_mtp && layer.attn_res;
   a.pattern = describe_schedule(schedule);
   a.mixer_period = mixer_period(schedule);
-}
-
-// Weights per rank: each stored tensor divided by the ranks that share it (only_if_weight_is_fp8
-// scales count where the weight's published dtype is FP8, as in inspect).
-void count_weights(const TensorTable& table, const ParallelPlan& plan, Analysis& a) {
-  for (const TensorSpec& spec : table.specs()) {
-    if (spec.only_if_weight_is_fp8) {
-      const std::string weight = spec.name.substr(0, spec.name.size() - 10);  // "_scale_inv"
-      if (table.find(weight)->dtypes[0] != DType::kF8E4M3) continue;
-    }
-    const int64_t bytes = stored_bytes(spec);
-    const int64_t ways = split_ways(spec.split, plan);
-    a.weight_bytes_per_rank += (bytes + ways - 1) / ways;
-    if (spec.split == Split::kReplicated) a.replicated_weight_bytes += bytes;
-  }
 }
 
 void count_caches(const ModelDims& d, const AnalyzeOptions& o, Analysis& a) {
@@ -79,12 +60,6 @@ void count_caches(const ModelDims& d, const AnalyzeOptions& o, Analysis& a) {
       o.context * sequences * per_token + sequences * a.state_bytes_per_sequence;
 }
 
-// Whether the forward runs this model split by --tp (docs/parallel.md §5): KDA, AttnRes and latent
-// MoE layers are not split yet.
-bool tp_forward_built(const Analysis& a) {
-  return a.runnable && a.kda_layers == 0 && a.attn_res_layers == 0 && a.latent_moe_layers == 0;
-}
-
 // The collectives of one step of T tokens, `rows` of which ask for logits.
 std::vector<CommLine> step_comm(const ModelDims& d, const Analysis& a, const ParallelPlan& plan,
                                 int64_t tokens, int64_t rows, bool prefill) {
@@ -106,8 +81,7 @@ std::vector<CommLine> step_comm(const ModelDims& d, const Analysis& a, const Par
     const int64_t reduce =
         dist::all_reduce_received_bytes(tokens * h, plan.tp, 0, dist::WireType::kF32);
     const std::string formula = "2(tp-1)/tp * T * h * 4";
-    // What the forward splits so far: MLA (with or without the indexer), dense MLP and MoE.
-    const bool built = tp_forward_built(a);
+    const bool built = a.runnable;  // the forward splits every runnable model by --tp
     add("tp", "all-reduce after the embedding (rows split by vocabulary)", formula, reduce, 1,
         built);
     add("tp", "all-reduce after o_proj (MLA and KDA heads split)", formula, reduce,
@@ -208,9 +182,9 @@ void list_requirements(const Architecture& arch, const std::string& refusal,
     need("vision tower (images in)", false, "text only: the tower's tensors are accepted, not run");
   }
   if (plan.tp > 1)
-    need("tensor parallelism (--tp)", tp_forward_built(a),
-         tp_forward_built(a) ? "dayzero logits under mpirun; the other commands not yet"
-                             : "KDA, AttnRes and latent MoE layers are not split yet");
+    need("tensor parallelism (--tp)", a.runnable,
+         a.runnable ? "dayzero logits under mpirun; the other commands not yet"
+                    : "the model is not runnable");
   if (plan.ep > 1)
     need("expert parallelism (--ep)", false, "the forward runs in one process so far");
   if (plan.cp > 1) need("context parallelism (--cp)", false, "not built yet");
@@ -285,7 +259,9 @@ Result<Analysis> analyze_config(const formats::ConfigObject& root, const Analyze
   count_layers(arch->schedule(), a);
   a.plan_status = validate_plan(options.plan, a.dims);
   if (a.plan_status.ok()) {
-    count_weights(table, options.plan, a);
+    const RankWeights weights = weights_per_rank(table, options.plan);
+    a.weight_bytes_per_rank = weights.bytes;
+    a.replicated_weight_bytes = weights.replicated_bytes;
     count_caches(a.dims, options, a);
     a.total_bytes_per_rank = a.weight_bytes_per_rank + a.cache_bytes_per_rank;
     const int64_t decode_tokens = sequences_per_group(options);

@@ -124,9 +124,8 @@ TEST(Analyze, KimiLinearStateSplitsByHead) {
   EXPECT_EQ(a.cache_bytes_per_rank, 4096 * 2 * 7 * 656 + 2 * 20 * (524288 + 18432));
   EXPECT_TRUE(has_requirement(a, "Kimi Delta Attention", true));
   EXPECT_TRUE(has_requirement(a, "MLA without RoPE", true));
-  // KDA heads are not split by the forward yet: the TP lines are the plan's, not yet run.
-  EXPECT_TRUE(has_requirement(a, "tensor parallelism", false));
-  EXPECT_FALSE(find_line(a.decode_comm, "all-reduce after o_proj")->implemented);
+  EXPECT_TRUE(has_requirement(a, "tensor parallelism", true));
+  EXPECT_TRUE(find_line(a.decode_comm, "all-reduce after o_proj")->implemented);
 }
 
 TEST(Analyze, KimiK3AtTp8MatchesTheDesignFigure) {

@@ -1,5 +1,7 @@
 #include "dayzero/model/causal_lm.h"
 
+#include <spdlog/spdlog.h>
+
 #include "dayzero/formats/checkpoint.h"
 #include "dayzero/model/architecture.h"
 #include "dayzero/model/inspect.h"
@@ -37,6 +39,16 @@ Result<std::unique_ptr<CausalLm>> load_causal_lm(const std::string& dir,
   }
   DZ_ASSIGN_OR_RETURN(formats::Checkpoint checkpoint, formats::Checkpoint::open(dir));
   DZ_RETURN_IF_ERROR(inspect_checkpoint(*arch, checkpoint).status());
+  if (plan.world_size() > 1) {
+    const TensorTable table = arch->tensor_table();
+    const RankWeights held = weights_per_rank(table, plan);
+    const auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+    spdlog::info(
+        "rank {} of {} ({}): holds {:.1f} MiB of the {:.1f} MiB of weights ({:.1f} MiB "
+        "replicated)",
+        options.rank, plan.world_size(), plan.describe(), mib(held.bytes),
+        mib(weights_per_rank(table, {}).bytes), mib(held.replicated_bytes));
+  }
   return arch->load_model(std::make_unique<formats::Checkpoint>(std::move(checkpoint)), options);
 }
 

@@ -76,6 +76,7 @@ void DecoderLayer::attention(const ExecContext& ctx, const ForwardBatch& batch, 
   scratch.reset();
   if (kda != nullptr) {
     kda->forward(ctx, batch, normed, cache.kda_layer(layer_id), out, scratch, taps, layer_id);
+    if (kda->config().output_is_partial) sum_partial_output(out, T, taps);
     return;
   }
   DZ_CHECK(mla != nullptr, "layer {} has no token mixer", layer_id);
@@ -106,12 +107,13 @@ void DecoderLayer::attention(const ExecContext& ctx, const ForwardBatch& batch, 
   }
   mla->forward(ctx, batch, normed, r_q > 0 ? c_q.data() : nullptr, cache.mla_layer(layer_id),
                attend, out, scratch, taps, layer_id);  // rounded BF16, taps "attn_out"
-  if (mla->config().output_is_partial) {
-    // This rank's heads' share of o_proj: summed over the ranks, then rounded once.
-    comm->all_reduce_sum(std::span(out, static_cast<size_t>(T * hidden_size)), layer_id);
-    kernels::round_to_bf16(out, T * hidden_size);
-    tap(taps, layer_id, "attn_out", out, {T, hidden_size});
-  }
+  if (mla->config().output_is_partial) sum_partial_output(out, T, taps);
+}
+
+void DecoderLayer::sum_partial_output(float* out, int64_t num_tokens, TapSink* taps) const {
+  comm->all_reduce_sum(std::span(out, static_cast<size_t>(num_tokens * hidden_size)), layer_id);
+  kernels::round_to_bf16(out, num_tokens * hidden_size);
+  tap(taps, layer_id, "attn_out", out, {num_tokens, hidden_size});
 }
 
 void DecoderLayer::ffn(const ExecContext& ctx, const float* normed, int64_t num_tokens, float* out,
@@ -173,20 +175,10 @@ void visit_decoder_layer_tensors(TensorVisitor& v, const DecoderLayerConfig& c,
   }
 }
 
-Result<DecoderLayer> make_decoder_layer(const DecoderLayerConfig& c, DecoderLayerWeights w,
-                                        const RankShard& shard, dist::Comm* comm) {
+DecoderLayer make_decoder_layer(const DecoderLayerConfig& c, DecoderLayerWeights w,
+                                const RankShard& shard, dist::Comm* comm) {
   const LayerSpec& spec = c.spec;
   const bool split = !shard.is_whole();
-  if (split && spec.attention == AttentionKind::kKda)
-    return make_error(StatusCode::kUnsupported,
-                      "layer {}: KDA under tensor parallelism is not built yet", spec.layer_id);
-  if (split && spec.ffn == FfnKind::kLatentMoe)
-    return make_error(StatusCode::kUnsupported,
-                      "layer {}: latent MoE under tensor or expert parallelism is not built yet",
-                      spec.layer_id);
-  if (split && spec.attn_res)
-    return make_error(StatusCode::kUnsupported,
-                      "layer {}: AttnRes under tensor parallelism is not built yet", spec.layer_id);
   DecoderLayer layer;
   layer.comm = split ? comm : nullptr;
   layer.layer_id = spec.layer_id;
@@ -200,7 +192,13 @@ Result<DecoderLayer> make_decoder_layer(const DecoderLayerConfig& c, DecoderLaye
     layer.attn_res_write = spec.attn_res_write;
   }
   if (spec.attention == AttentionKind::kKda) {
-    layer.kda = std::make_unique<KdaBlock>(*c.kda, std::move(w.kda));
+    KdaConfig kda = *c.kda;
+    if (shard.tp > 1) {  // this rank's heads; their states stay on this rank
+      kda.num_heads /= shard.tp;
+      kda.head_offset = kda.num_heads * shard.tp_rank;
+      kda.output_is_partial = true;
+    }
+    layer.kda = std::make_unique<KdaBlock>(kda, std::move(w.kda));
   } else {
     MlaConfig mla = *c.mla;
     if (shard.tp > 1) {
@@ -217,6 +215,7 @@ Result<DecoderLayer> make_decoder_layer(const DecoderLayerConfig& c, DecoderLaye
   } else {
     MoeConfig moe = *c.moe;
     moe.output_is_partial = split;
+    if (split && spec.ffn == FfnKind::kLatentMoe) moe.latent_comm = comm;
     layer.moe = std::make_unique<MoeBlock>(moe, std::move(w.moe));
   }
   return layer;

@@ -75,6 +75,10 @@ struct DecoderLayer {
   // out [T, d] = the FFN's output (BF16-valued); taps "ffn_out".
   void ffn(const ExecContext& ctx, const float* normed, int64_t num_tokens, float* out,
            Arena& scratch, TapSink* taps) const;
+
+ private:
+  // The mixer's partial o_proj output (this rank's heads) summed over `comm`, rounded to BF16.
+  void sum_partial_output(float* out, int64_t num_tokens, TapSink* taps) const;
 };
 
 // What one decoder layer is made of: the recipe maps its config onto the blocks' configs; the
@@ -114,8 +118,8 @@ void visit_decoder_layer_tensors(TensorVisitor& v, const DecoderLayerConfig& c,
                                  DecoderLayerWeights& w);
 // The layer from the weights visit_decoder_layer_tensors loaded. Under a parallel plan (`shard`
 // not whole, `comm` its ranks) the blocks run this rank's heads and experts, and the layer sums
-// their outputs over `comm`. KDA and latent MoE are not split yet: kUnsupported.
-Result<DecoderLayer> make_decoder_layer(const DecoderLayerConfig& c, DecoderLayerWeights w,
-                                        const RankShard& shard = {}, dist::Comm* comm = nullptr);
+// their outputs over `comm`.
+DecoderLayer make_decoder_layer(const DecoderLayerConfig& c, DecoderLayerWeights w,
+                                const RankShard& shard = {}, dist::Comm* comm = nullptr);
 
 }  // namespace dz::model

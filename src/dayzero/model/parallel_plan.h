@@ -56,4 +56,13 @@ Status validate_plan(const ParallelPlan& plan, const ModelDims& dims);
 // vocabulary splits, tp · ep for routed experts (whole experts per rank).
 int64_t split_ways(Split split, const ParallelPlan& plan);
 
+// What one rank holds of a model's stored tensors (published dtypes): each tensor's bytes divided
+// by the ranks that share it; `replicated_bytes` of it are held whole by every rank. FP8 scales
+// that exist only with an FP8 weight count where the published weight is FP8, as inspect does.
+struct RankWeights {
+  int64_t bytes = 0;
+  int64_t replicated_bytes = 0;
+};
+RankWeights weights_per_rank(const TensorTable& table, const ParallelPlan& plan);
+
 }  // namespace dz::model

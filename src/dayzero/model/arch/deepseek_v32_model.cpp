@@ -201,20 +201,16 @@ Result<std::unique_ptr<DeepseekV32Model>> DeepseekV32Model::load(
   parts.kv_cache_dtype = options.kv_cache_dtype.value_or(kernels::KvCacheDtype::kFp8);
   const LayerSchedule schedule = deepseek_v32_schedule(config);
   parts.comm = shard.is_whole() ? nullptr : options.comm;
-  for (size_t i = 0; i < static_cast<size_t>(config.num_hidden_layers); ++i) {
-    DZ_ASSIGN_OR_RETURN(DecoderLayer layer,
-                        make_decoder_layer(layer_config(config, schedule.layers[i]),
-                                           std::move(w.layers[i]), shard, options.comm));
-    parts.layers.push_back(std::move(layer));
-  }
+  for (size_t i = 0; i < static_cast<size_t>(config.num_hidden_layers); ++i)
+    parts.layers.push_back(make_decoder_layer(layer_config(config, schedule.layers[i]),
+                                              std::move(w.layers[i]), shard, options.comm));
   parts.checkpoint = std::move(checkpoint);
   std::unique_ptr<DeepseekV32Model> m(new DeepseekV32Model(std::move(parts), config));
   if (!w.mtp.empty()) {
     auto mtp = std::make_unique<Mtp>(std::move(w.mtp.front()));
     const size_t l = static_cast<size_t>(config.num_hidden_layers);
-    DZ_ASSIGN_OR_RETURN(mtp->layer,
-                        make_decoder_layer(layer_config(config, schedule.layers[l]),
-                                           std::move(w.layers[l]), shard, options.comm));
+    mtp->layer = make_decoder_layer(layer_config(config, schedule.layers[l]),
+                                    std::move(w.layers[l]), shard, options.comm);
     m->add_extra_layer(&mtp->layer);  // its caches follow the main layers'
     m->mtp_ = std::move(mtp);
   }

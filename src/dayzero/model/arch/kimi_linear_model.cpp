@@ -177,12 +177,9 @@ Result<std::unique_ptr<CausalLm>> load_kimi_linear_model(
     parts.final_attn_res_query = attn_res_folded_query(w.final_res.proj, w.final_res.norm);
   const LayerSchedule schedule = kimi_linear_schedule(config);
   parts.comm = shard.is_whole() ? nullptr : options.comm;
-  for (size_t i = 0; i < schedule.layers.size(); ++i) {
-    DZ_ASSIGN_OR_RETURN(DecoderLayer layer,
-                        make_decoder_layer(layer_config(config, schedule.layers[i]),
-                                           std::move(w.layers[i]), shard, options.comm));
-    parts.layers.push_back(std::move(layer));
-  }
+  for (size_t i = 0; i < schedule.layers.size(); ++i)
+    parts.layers.push_back(make_decoder_layer(layer_config(config, schedule.layers[i]),
+                                              std::move(w.layers[i]), shard, options.comm));
   parts.checkpoint = std::move(checkpoint);
   return std::unique_ptr<CausalLm>(std::make_unique<HybridModel>(std::move(parts)));
 }

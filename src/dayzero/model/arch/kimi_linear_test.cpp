@@ -42,8 +42,8 @@ TEST(KimiLinear, PublishedScheduleHasMlaAtEveryFourthLayerAndTheLast) {
   EXPECT_EQ(lines.back(), "26: MLA + MoE");
 }
 
-// KDA splits by head (A_log's head axis is not its first), its output by row; K3's latent MoE
-// projections are replicated, its experts whole.
+// KDA splits by head, its output by row, A_log whole (K3 pads it; each rank reads its heads);
+// K3's latent MoE projections are replicated, its experts whole.
 TEST(KimiLinear, TensorSplitsFollowTheBlocks) {
   TensorTable t =
       kimi_linear_tensors(parse(real_config("kimi_k3")["text_config"]), "language_model.");
@@ -55,7 +55,7 @@ TEST(KimiLinear, TensorSplitsFollowTheBlocks) {
   EXPECT_EQ(split(kda + "q_conv1d.weight"), "column");
   EXPECT_EQ(split(kda + "f_a_proj.weight"), "replicated");
   EXPECT_EQ(split(kda + "f_b_proj.weight"), "column");
-  EXPECT_EQ(split(kda + "A_log"), "by_head");
+  EXPECT_EQ(split(kda + "A_log"), "replicated");
   EXPECT_EQ(split(kda + "dt_bias"), "column");
   EXPECT_EQ(split(kda + "o_norm.weight"), "replicated");
   EXPECT_EQ(split(kda + "o_proj.weight"), "row");

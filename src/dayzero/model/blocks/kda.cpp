@@ -70,7 +70,9 @@ void visit_kda_tensors(TensorVisitor& v, const KdaConfig& c, KdaWeights& w) {
   v.linear("f_a_proj", d, hidden, Split::kReplicated, kYes, w.f_a_proj);
   v.linear("f_b_proj", hd, d, Split::kColumn, kYes, w.f_b_proj);
   v.linear("b_proj", H, hidden, Split::kColumn, kYes, w.b_proj);
-  v.floats("A_log", bounded ? Shape{d} : Shape{1, 1, H, 1}, DType::kF32, Split::kByHead, w.a_log);
+  // Whole on every rank (a few hundred bytes, padded in K3): each rank reads its heads' values.
+  v.floats("A_log", bounded ? Shape{d} : Shape{1, 1, H, 1}, DType::kF32, Split::kReplicated,
+           w.a_log);
   v.floats("dt_bias", {hd}, DType::kF32, Split::kColumn, w.dt_bias);
   if (c.full_rank_gate) {
     v.linear("g_proj", hd, hidden, Split::kColumn, kYes, w.g_proj.emplace());
@@ -101,8 +103,8 @@ KdaBlock::KdaBlock(KdaConfig config, KdaWeights weights)
   check_linear(w.f_a_proj, "f_a_proj", w.f_a_proj.out_features(), hidden);
   check_linear(w.f_b_proj, "f_b_proj", hd, w.f_a_proj.out_features());
   check_linear(w.b_proj, "b_proj", H, hidden);
-  DZ_CHECK(static_cast<int64_t>(w.a_log.size()) >= H, "KDA A_log has {} values, want >= {}",
-           w.a_log.size(), H);
+  DZ_CHECK(static_cast<int64_t>(w.a_log.size()) >= c.head_offset + H,
+           "KDA A_log has {} values, want >= {}", w.a_log.size(), c.head_offset + H);
   DZ_CHECK(static_cast<int64_t>(w.dt_bias.size()) == hd, "KDA dt_bias has {} values, want {}",
            w.dt_bias.size(), hd);
   const bool low_rank = w.g_a_proj.has_value() && w.g_b_proj.has_value();
@@ -195,7 +197,7 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
   parallel_for(ctx, T, kTokenGrain, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       for (int64_t h = 0; h < H; ++h) {
-        const float decay = std::exp(w.a_log[static_cast<size_t>(h)]);
+        const float decay = std::exp(w.a_log[static_cast<size_t>(c.head_offset + h)]);
         float* gh = g + t * hd + h * d;
         const float* bias = w.dt_bias.data() + h * d;
         for (int64_t i = 0; i < d; ++i) {
@@ -257,6 +259,7 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
 
   // 8. out = o_proj(y) rounded to BF16.
   w.o_proj.forward(ctx, y, T, out);
+  if (c.output_is_partial) return;
   kernels::round_to_bf16(out, T * c.hidden_size);
   tap(taps, layer_id, "attn_out", out, Shape{T, c.hidden_size});
 }

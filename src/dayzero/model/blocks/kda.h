@@ -55,6 +55,11 @@ struct KdaConfig {
   float o_norm_eps = 1e-5f;                 // rms_norm_eps
   int64_t chunk_size = 16;  // chunks aligned to absolute positions (docs/models.md §4.7)
   KdaPath path = KdaPath::kAuto;
+  // Tensor parallelism (docs/parallel.md §1): num_heads are this rank's heads, the first being
+  // global head head_offset (A_log is read whole), and o_proj's output is a partial sum the caller
+  // all-reduces and then rounds; forward() leaves it in FP32.
+  int64_t head_offset = 0;
+  bool output_is_partial = false;
 };
 
 struct KdaWeights {
@@ -63,8 +68,8 @@ struct KdaWeights {
   kernels::LinearWeight f_a_proj{};                 // [r_f, hidden]
   kernels::LinearWeight f_b_proj{};                 // [H·d, r_f]
   kernels::LinearWeight b_proj{};                   // [H, hidden]
-  std::vector<float> a_log{};                       // [≥ H] FP32 (K3 pads to 128; first H used)
-  std::vector<float> dt_bias{};                     // [H·d] FP32, h-major
+  std::vector<float> a_log{};    // [≥ H] FP32 of every head (K3 pads to 128; first H used)
+  std::vector<float> dt_bias{};  // [H·d] FP32, h-major
   // Output gate: low rank (g_a_proj [r_g, hidden], g_b_proj [H·d, r_g]) or full rank g_proj
   // [H·d, hidden]; exactly one of the two forms.
   std::optional<kernels::LinearWeight> g_a_proj{}, g_b_proj{}, g_proj{};

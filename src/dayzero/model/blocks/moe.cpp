@@ -290,7 +290,7 @@ void visit_moe_tensors(TensorVisitor& v, const MoeConfig& c, MoeWeights& w) {
              w.latent_down_proj.emplace());
     if (c.latent_norm)
       v.floats("routed_expert_norm.weight", {r}, DType::kBF16, Split::kReplicated, w.latent_norm);
-    v.linear("routed_expert_up_proj", d, r, Split::kReplicated, Quantizable::kYes,
+    v.linear("routed_expert_up_proj", d, r, Split::kRow, Quantizable::kYes,
              w.latent_up_proj.emplace());
   }
   w.experts.resize(static_cast<size_t>(E));
@@ -327,14 +327,15 @@ MoeBlock::MoeBlock(MoeConfig config, MoeWeights weights)
            "MoE: a single-process block must hold every routed expert");
   expert_width_ =
       weights_.experts[static_cast<size_t>(first_held - held_.begin())].gate_proj.in_features();
-  // The latent norm needs the whole routed sum, which a rank holding some experts does not have.
-  DZ_CHECK(!config_.output_is_partial || !weights_.latent_down_proj,
-           "latent MoE under tensor or expert parallelism is not built");
+  // The latent norm needs the whole routed sum: a rank holding some experts sums it with its peers.
+  DZ_CHECK(
+      !config_.output_is_partial || !weights_.latent_down_proj || config_.latent_comm != nullptr,
+      "latent MoE split over ranks needs the ranks' communicator");
   hidden_size_ = expert_width_;
   if (weights_.latent_down_proj) {
     hidden_size_ = weights_.latent_down_proj->in_features();
     DZ_CHECK(weights_.latent_down_proj->out_features() == expert_width_ &&
-                 weights_.latent_up_proj->in_features() == expert_width_ &&
+                 weights_.latent_up_proj->in_features() * latent_ranks() == expert_width_ &&
                  weights_.latent_up_proj->out_features() == hidden_size_,
              "latent MoE: down [{}, {}], up [{}, {}] for experts of width {}",
              weights_.latent_down_proj->out_features(), weights_.latent_down_proj->in_features(),
@@ -373,12 +374,12 @@ MoeBlock::MoeBlock(MoeConfig config, MoeWeights weights)
 size_t MoeBlock::scratch_bytes(int64_t max_tokens) const {
   const int64_t d = hidden_size_, r = expert_width_;
   // logits, FP32 sum [T, d], slot outputs [T·k, r], gathered rows [T, r], expert output
-  // [T, max(d, r)], gate and up; latent: z and the routed sum [T, r] as well.
+  // [T, max(d, r)], gate and up; latent: z, the routed sum and a rank's columns of it [T, r].
   return floats_bytes(max_tokens * config_.num_experts) + floats_bytes(max_tokens * d) +
          floats_bytes(max_tokens * config_.num_experts_per_tok * r) + floats_bytes(max_tokens * r) +
          floats_bytes(max_tokens * std::max(d, r)) +
          2 * floats_bytes(max_tokens * max_intermediate_) +
-         (weights_.latent_down_proj ? 2 * floats_bytes(max_tokens * r) : 0);
+         (weights_.latent_down_proj ? 3 * floats_bytes(max_tokens * r) : 0);
 }
 
 void MoeBlock::forward(const ExecContext& ctx, const float* x, int64_t num_tokens, float* out,
@@ -519,12 +520,25 @@ void MoeBlock::forward(const ExecContext& ctx, const float* x, int64_t num_token
   });
   if (latent) {
     // The norm sees the whole routed sum (docs/models.md §6.3), then the up projection's FP32
-    // output starts the block sum, unrounded.
+    // output starts the block sum, unrounded. Over ranks: the sum of every rank's experts first,
+    // and each rank's up projection of its columns.
+    if (config_.latent_comm != nullptr)
+      config_.latent_comm->all_reduce_sum(
+          std::span(routed_sum, static_cast<size_t>(num_tokens * r)), layer_id);
     if (!weights_.latent_norm.empty())
       kernels::rms_norm(ctx, routed_sum, r, weights_.latent_norm.data(), routed_sum, r, num_tokens,
                         r, config_.latent_norm_eps);
     kernels::round_to_bf16(routed_sum, num_tokens * r);
-    weights_.latent_up_proj->forward(ctx, routed_sum, num_tokens, sum);
+    const int ranks = latent_ranks();
+    if (ranks == 1) {
+      weights_.latent_up_proj->forward(ctx, routed_sum, num_tokens, sum);
+    } else {
+      const int64_t cols = r / ranks, first = cols * config_.latent_comm->rank();
+      float* mine = take_floats(scratch, num_tokens * cols);
+      for (int64_t t = 0; t < num_tokens; ++t)
+        std::copy_n(routed_sum + t * r + first, cols, mine + t * cols);
+      weights_.latent_up_proj->forward(ctx, mine, num_tokens, sum);
+    }
   }
   for (const MlpWeights& shared : weights_.shared_experts) {
     gated_into(ctx, shared, config_.activation, x, num_tokens, expert_out, gate, up);

@@ -11,6 +11,7 @@
 
 #include "dayzero/core/arena.h"
 #include "dayzero/core/parallel.h"
+#include "dayzero/dist/comm.h"
 #include "dayzero/kernels/linear.h"
 #include "dayzero/model/taps.h"
 #include "dayzero/model/tensor_visitor.h"
@@ -79,6 +80,10 @@ struct MoeConfig {
   // (the others' weights are empty) or a column slice of the shared experts, so its output is a
   // partial sum that the caller all-reduces and then rounds; forward() leaves it in FP32.
   bool output_is_partial = false;
+  // Latent MoE under a plan: the ranks over which the routed sum [T, r] is all-reduced before its
+  // norm (which needs all of it); each rank then up-projects its r / N columns (the up
+  // projection is split by row), so the result joins the FFN's all-reduce once.
+  dist::Comm* latent_comm = nullptr;
 };
 
 struct MoeWeights {
@@ -135,7 +140,11 @@ class MoeBlock {
   MoeConfig config_;
   MoeWeights weights_;
   int64_t hidden_size_ = 0;
-  int64_t expert_width_ = 0;      // input width of the routed experts: d, or r when latent
+  int64_t expert_width_ = 0;  // input width of the routed experts: d, or r when latent
+  // Ranks the latent up projection's columns are split over (1 in one process).
+  int latent_ranks() const {
+    return config_.latent_comm != nullptr ? config_.latent_comm->size() : 1;
+  }
   int64_t max_intermediate_ = 0;  // widest gate_proj among routed and shared experts
   std::vector<bool> held_;        // [E]: the routed experts this rank holds
   // The router as a BF16 linear (exact: the gate weight is BF16-valued), for a fast FP32-
