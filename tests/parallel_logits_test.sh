@@ -87,6 +87,16 @@ expect_failure() {  # expect_failure PATTERN RANKS ARGS...
 expect_failure "num_attention_heads \(MLA heads\) 4 is not divisible by --tp 3" 3 --model "$work/deepseek_v32" --tp 3
 expect_failure "plan tp=2 ep=1 cp=1 \(2 ranks\) needs 2 ranks, mpirun started 4" 4 --model "$work/deepseek_v32" --tp 2
 expect_failure "the forward splits by --tp only so far" 2 --model "$work/kimi_linear" --ep 2
+# A rank that cannot load its shard (here rank 1's checkpoint folder is missing): it says why, the
+# others name it, and the job ends at once instead of waiting for a collective's deadline.
+cp -r "$work/deepseek_v32" "$work/shard0"
+if timeout 120 "${mpirun[@]}" -np 2 sh -c "exec \"$dayzero\" logits --model \"$work/shard\$OMPI_COMM_WORLD_RANK\" \
+    --token-ids 1,2,3 --threads 1 --tp 2 --output \"$work/x.npy\"" >"$work/out" 2>"$work/err"; then
+  fail "a job with a missing shard succeeded"
+fi
+grep -q "rank 1: config.json: cannot open .*shard1/config.json" "$work/err" || fail "rank 1: $(cat "$work/err")"
+grep -q "rank 0: rank(s) 1 could not load their shard" "$work/err" || fail "rank 0: $(cat "$work/err")"
+echo "a missing shard is reported by both ranks"
 # Without mpirun: the command says how to launch it.
 if "$dayzero" logits --model "$work/deepseek_v32" --token-ids 1,2 --output "$work/x.npy" --tp 2 2>"$work/err"; then
   fail "--tp 2 ran without mpirun"

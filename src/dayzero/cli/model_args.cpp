@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "dayzero/cli/default_model.h"
 #include "dayzero/dist/mpi_comm.h"
@@ -41,6 +42,27 @@ Result<dist::Comm*> start_ranks(const model::ParallelPlan& plan) {
                       "plan {} needs {} ranks, mpirun started {}: use `mpirun -np {}`",
                       plan.describe(), plan.world_size(), state.world->size(), plan.world_size());
   return static_cast<dist::Comm*>(state.world.get());
+}
+
+// Every rank learns whether every rank loaded its shard before any forward collective: a rank
+// that failed reports its own error, the others name it, and all stop together (instead of the
+// others waiting in their first collective until the deadline).
+Result<std::unique_ptr<model::CausalLm>> agree_on_load(
+    dist::Comm& comm, Result<std::unique_ptr<model::CausalLm>> loaded) {
+  const int32_t mine = loaded.ok() ? 0 : 1;
+  std::vector<int32_t> failed(static_cast<size_t>(comm.size()));
+  const std::vector<int64_t> counts(static_cast<size_t>(comm.size()), 1);
+  comm.all_gather(std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(std::span(failed)),
+                  counts, dist::WireType::kI32, -1);
+  if (!loaded.ok()) return loaded.status().with_context(fmt::format("rank {}", comm.rank()));
+  std::vector<int> ranks_failed;
+  for (int r = 0; r < comm.size(); ++r)
+    if (failed[static_cast<size_t>(r)] != 0) ranks_failed.push_back(r);
+  if (!ranks_failed.empty())
+    return make_error(StatusCode::kInternal,
+                      "rank {}: rank(s) {} could not load their shard (their own error says why)",
+                      comm.rank(), fmt::join(ranks_failed, ", "));
+  return loaded;
 }
 
 }  // namespace
@@ -115,11 +137,11 @@ Result<std::unique_ptr<model::CausalLm>> load_model(const ModelArgs& args) {
   if (args.kv_cache_dtype == "bf16") options.kv_cache_dtype = kernels::KvCacheDtype::kBf16;
   if (args.kv_cache_dtype == "fp8") options.kv_cache_dtype = kernels::KvCacheDtype::kFp8;
   options.plan = {.tp = args.tp, .ep = args.ep};
-  if (options.plan.world_size() > 1) {
-    DZ_ASSIGN_OR_RETURN(options.comm, start_ranks(options.plan));
-    options.rank = options.comm->rank();
-  }
-  return model::load_causal_lm(args.model_dir, options);
+  if (options.plan.world_size() == 1) return model::load_causal_lm(args.model_dir, options);
+  DZ_ASSIGN_OR_RETURN(options.comm, start_ranks(options.plan));
+  options.rank = options.comm->rank();
+  Result<std::unique_ptr<model::CausalLm>> loaded = model::load_causal_lm(args.model_dir, options);
+  return agree_on_load(*options.comm, std::move(loaded));
 }
 
 Result<std::vector<int32_t>> parse_token_ids(const std::string& list, const char* flag) {
