@@ -71,6 +71,28 @@ for rank in 0 1; do
     fail "rank $rank traffic: $(grep 'rank ' "$work/bytes.log"), expected 10 collectives, $expected bytes"
 done
 echo "traffic: $expected bytes per rank, as the formulas say"
+# The same for every architecture, against `dayzero analyze`'s prefill lines (T = 40 tokens, all
+# 40 logit rows asked for, where analyze counts one): rank 0's bytes.
+for model in "$work/deepseek_v32" "$work/kimi_linear" "$work/kimi_k3" "$DZ_SOURCE_DIR/models/demo"; do
+  "${mpirun[@]}" -np 2 "$dayzero" logits --model "$model" --token-ids "$ids" --threads 1 --tp 2 \
+    --output "$work/bytes.npy" 2>"$work/bytes.log"
+  "$dayzero" analyze "$model" --tp 2 --prefill-tokens 40 --json >"$work/analyze.json"
+  "$python" - "$work/analyze.json" "$work/bytes.log" "$(basename "$model")" <<'PY'
+import json, re, sys
+a = json.load(open(sys.argv[1]))
+log = open(sys.argv[2]).read()
+measured = int(re.search(r"rank 0 of 2: \d+ collectives, (\d+) bytes received", log).group(1))
+expected = 0
+for line in a["prefill_comm"]:
+    assert line["implemented"], line
+    if line["what"].startswith("logit columns"):
+        expected += line["bytes_per_layer"] * 40  # 40 rows instead of 1
+    else:
+        expected += line["bytes_per_step"]
+assert measured == expected, (sys.argv[3], measured, expected)
+print(f"  {sys.argv[3]}: rank 0 received {measured} bytes = analyze's formulas")
+PY
+done
 
 # Impossible or unsupported plans: a clear error from every rank, and mpirun returns.
 expect_failure() {  # expect_failure PATTERN RANKS ARGS...

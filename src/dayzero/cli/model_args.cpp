@@ -58,6 +58,7 @@ Result<std::unique_ptr<model::CausalLm>> agree_on_load(
   std::vector<int> ranks_failed;
   for (int r = 0; r < comm.size(); ++r)
     if (failed[static_cast<size_t>(r)] != 0) ranks_failed.push_back(r);
+  comm.stats().reset();  // the traffic reported from here on is the model's
   if (!ranks_failed.empty())
     return make_error(StatusCode::kInternal,
                       "rank {}: rank(s) {} could not load their shard (their own error says why)",

@@ -88,6 +88,13 @@ std::vector<CommLine> step_comm(const ModelDims& d, const Analysis& a, const Par
         a.num_main_layers, built);
     add("tp", "all-reduce after the FFN (dense MLP, shared experts, this rank's routed experts)",
         formula, reduce, a.num_main_layers, built);
+    // Latent MoE: the routed sum [T, r] is reduced before its norm (its experts live on every
+    // rank).
+    add("tp", "all-reduce of the latent routed sum (latent MoE, before its norm)",
+        "2(tp-1)/tp * T * h_r * 4",
+        dist::all_reduce_received_bytes(tokens * d.routed_hidden_size, plan.tp, 0,
+                                        dist::WireType::kF32),
+        a.latent_moe_layers, built);
     add("tp", "logit columns all-gathered (head split by vocabulary)", "(tp-1)/tp * R * V * 4",
         (plan.tp - 1) * rows * (d.vocab_size / plan.tp) * 4, 1, built);
   }

@@ -139,6 +139,10 @@ TEST(Analyze, KimiK3AtTp8MatchesTheDesignFigure) {
   // 69 x 3 x 3 x 12 x 128 x 2 B of conv rows.
   EXPECT_EQ(a.state_bytes_per_sequence, 69 * (12 * 128 * 128 * 4 + 3 * 3 * 12 * 128 * 2));
   EXPECT_EQ(a.dims.routed_hidden_size, 3584);
+  // Decode, T = 1: the latent routed sum, 2 x 7/8 x 3584 x 4 B = 25088 B, on the 92 MoE layers.
+  const CommLine* latent = find_line(a.decode_comm, "all-reduce of the latent routed sum");
+  EXPECT_EQ(latent->bytes_per_layer, 25088);
+  EXPECT_EQ(latent->layers, 92);
   EXPECT_TRUE(has_requirement(a, "latent MoE", true));
   EXPECT_TRUE(has_requirement(a, "vision tower", false));
 }
