@@ -4,7 +4,8 @@
 # Kimi-Linear: KDA heads and their states; Kimi-K3: latent MoE, AttnRes, gated MLA; the demo model,
 # dayzero_hybrid) at TP 2 and TP 4 (4 ranks oversubscribe 2 cores), full prefill, chunked prefill
 # and decode, within the model-level tolerance; the bytes each rank received equal the all-reduce
-# and gather formulas; impossible plans fail on every rank with a message, never a hang.
+# and gather formulas; generate and perplexity agree with one process; impossible plans fail on
+# every rank with a message, never a hang.
 # $1 = the dayzero binary; ctest sets PYTHONPATH (python/).
 set -euo pipefail
 dayzero=$1
@@ -92,6 +93,52 @@ for line in a["prefill_comm"]:
 assert measured == expected, (sys.argv[3], measured, expected)
 print(f"  {sys.argv[3]}: rank 0 received {measured} bytes = analyze's formulas")
 PY
+done
+
+# generate and perplexity run the same way (rank 0 schedules and samples, every rank runs the step
+# it sends): greedy text equal to one process, perplexity within 1e-3 of it.
+demo=$DZ_SOURCE_DIR/models/demo
+"$dayzero" --log-level warn generate --model "$demo" --prompt "Once upon a time" --max-tokens 16 \
+  --temperature 0 --threads 1 >"$work/gen1.txt"
+"${mpirun[@]}" -np 2 "$dayzero" --log-level warn generate --model "$demo" --tp 2 \
+  --prompt "Once upon a time" --max-tokens 16 --temperature 0 --threads 1 >"$work/gen2.txt"
+cmp -s "$work/gen1.txt" "$work/gen2.txt" ||
+  fail "generate at tp 2: $(cat "$work/gen2.txt") vs $(cat "$work/gen1.txt")"
+echo "generate at tp 2: the same greedy text as one process"
+head -c 2000 "$DZ_SOURCE_DIR/README.md" >"$work/text.txt"
+ppl=(perplexity --model "$demo" --file "$work/text.txt" --context 96 --max-windows 2 --threads 1 --json)
+"$dayzero" --log-level warn "${ppl[@]}" >"$work/ppl1.json"
+"${mpirun[@]}" -np 2 "$dayzero" --log-level warn "${ppl[@]}" --tp 2 >"$work/ppl2.json"
+"$python" - "$work/ppl1.json" "$work/ppl2.json" <<'PY'
+import json, sys
+one, two = (json.load(open(p))["mean_nll"] for p in sys.argv[1:])
+print(f"perplexity at tp 2: mean NLL {two:.6f} vs {one:.6f} in one process")
+assert abs(two - one) < 1e-3 * one, "perplexity differs"
+PY
+
+# Prefix-cache hits and recurrent-state checkpoints (saved and restored by copies): the
+# cache edits rank 0's cache manager makes between steps, repeated on every rank's cache. Four
+# prompts sharing prefixes, one at a time (each hits the blocks of the ones before it).
+"$python" -m dayzero_ref.make_tiny deepseek_v32 "$work/v32-plain" --seed 3 --plain >/dev/null
+for model in "$work/v32-plain" "$demo"; do
+  vocab=$("$python" -c "import json; print(json.load(open('$model/config.json'))['vocab_size'])")
+  "$python" - "$work/prompts.jsonl" "$vocab" <<'PY'
+import json, random, sys
+r, vocab = random.Random(7), int(sys.argv[2])
+a = [r.randrange(vocab) for _ in range(50)]
+prompts = [a, a[:40] + [r.randrange(vocab) for _ in range(9)], a[:45] + [r.randrange(vocab) for _ in range(7)], a]
+with open(sys.argv[1], "w") as f:
+    for p in prompts:
+        f.write(json.dumps({"prompt_token_ids": p, "max_tokens": 6, "temperature": 0}) + "\n")
+PY
+  flags=(generate --model "$model" --prompts-file "$work/prompts.jsonl" --max-num-seqs 1
+         --block-size 16 --state-checkpoint-interval 16 --threads 1)
+  "$dayzero" --log-level warn "${flags[@]}" --dump-logits "$work/pfx1" >/dev/null
+  "${mpirun[@]}" -np 2 "$dayzero" "${flags[@]}" --tp 2 --dump-logits "$work/pfx2" >/dev/null 2>"$work/pfx.log"
+  grep -q "prefix cache hit rate [1-9]" "$work/pfx.log" || fail "no prefix-cache hit: $(cat "$work/pfx.log")"
+  echo "$(basename "$model"), prefix-cache hits at tp 2:"
+  for i in 0 1 2 3; do compare "$work/pfx1/$i.npy" "$work/pfx2/$i.npy"; done
+  rm -rf "$work/pfx1" "$work/pfx2"
 done
 
 # Impossible or unsupported plans: a clear error from every rank, and mpirun returns.

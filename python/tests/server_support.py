@@ -4,11 +4,19 @@ test_server.py. Nothing here can hang: every wait has a deadline."""
 import http.client
 import json
 import os
+import signal
 import socket
+import subprocess
 import tempfile
 
 from cli_support import DAYZERO
 from serve_process import ServeProcess
+
+
+# DZ_SERVE_TP=N runs every server of the suite as `mpirun -np N dayzero serve --tp N` (one thread
+# per rank): the server test suite under tensor parallelism (docs/parallel.md §8).
+SERVE_TP = int(os.environ.get("DZ_SERVE_TP", "1"))
+MPIRUN = ("mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader")
 
 
 class ServerProcess(ServeProcess):
@@ -17,11 +25,26 @@ class ServerProcess(ServeProcess):
     def __init__(self, model_dir, *flags, ready_timeout=60.0):
         log_fd, log_path = tempfile.mkstemp(prefix="dz-serve-", suffix=".log")
         os.close(log_fd)
-        super().__init__([DAYZERO, "serve", "--model", model_dir, "--port", "0", "--threads", "1",
-                          *flags], log_path, ready_timeout)
+        launch, plan, env = [], [], None
+        if SERVE_TP > 1:
+            launch = [*MPIRUN, "-np", SERVE_TP]
+            plan = ["--tp", SERVE_TP]
+            env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                       OMPI_MCA_rmaps_base_oversubscribe="1")
+        super().__init__([*launch, DAYZERO, "serve", "--model", model_dir, "--port", "0",
+                          "--threads", "1", *plan, *flags], log_path, ready_timeout, env=env)
 
     def stop(self, timeout=10.0):
+        if SERVE_TP > 1 and self.proc.poll() is None:
+            # mpirun ends every rank at once on SIGTERM; rank 0 drains and then stops the others.
+            os.kill(rank0_pid(self.proc.pid), signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass  # the SIGTERM of super().stop() ends it
         code = super().stop(timeout)
+        if code != 0:
+            print(f"dayzero serve exited with {code}; its log ends:\n{self.log_text()[-3000:]}")
         os.unlink(self.log_path)
         return code
 
@@ -55,6 +78,17 @@ class ServerProcess(ServeProcess):
         sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      f"{extra}Content-Length: {len(data)}\r\n\r\n".encode() + data)
         return sock
+
+
+def rank0_pid(mpirun_pid):
+    """The process of rank 0 among mpirun's children (by OMPI_COMM_WORLD_RANK)."""
+    with open(f"/proc/{mpirun_pid}/task/{mpirun_pid}/children", encoding="ascii") as f:
+        children = [int(pid) for pid in f.read().split()]
+    for pid in children:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            if b"OMPI_COMM_WORLD_RANK=0\0" in f.read():
+                return pid
+    raise RuntimeError(f"mpirun {mpirun_pid} has no rank 0 among {children}")
 
 
 def read_head(sock):

@@ -3,7 +3,6 @@
 #include <utility>
 
 #include "dayzero/core/check.h"
-#include "dayzero/model/kv_cache.h"
 
 namespace dz::cache {
 
@@ -32,16 +31,6 @@ Result<StatePool> StatePool::create(int32_t num_state_slots, int32_t max_live,
   }
   if (!copy) return make_error(StatusCode::kInvalidArgument, "state pool: no copy function");
   return StatePool(num_state_slots, max_live, max_checkpoints, std::move(copy));
-}
-
-Result<StatePool> StatePool::create(model::KvCache& cache, int32_t max_live,
-                                    int32_t max_checkpoints) {
-  if (cache.num_state_slots() > INT32_MAX) {
-    return make_error(StatusCode::kInvalidArgument, "state pool: {} state slots out of range",
-                      cache.num_state_slots());
-  }
-  return create(static_cast<int32_t>(cache.num_state_slots()), max_live, max_checkpoints,
-                [&cache](int32_t from, int32_t to) { cache.copy_state_slot(from, to); });
 }
 
 StatePool::StatePool(int32_t num_state_slots, int32_t max_live, int32_t max_checkpoints,

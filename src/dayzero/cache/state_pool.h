@@ -17,14 +17,10 @@
 #include "dayzero/cache/prefix_hash.h"
 #include "dayzero/core/status.h"
 
-namespace dz::model {
-class KvCache;
-}  // namespace dz::model
-
 namespace dz::cache {
 
 // Copies every KDA layer's state and conv rows of slot `from` into slot `to`
-// (KvCache::copy_state_slot); tests pass their own.
+// (the engine: through CausalLm::copy_state_slot); tests pass their own.
 using StateCopyFn = std::function<void(int32_t from, int32_t to)>;
 
 struct StatePoolMetrics {
@@ -43,8 +39,6 @@ class StatePool {
   // of them are used. Slots [1, 1 + max_live) are live, the next max_checkpoints checkpoints.
   static Result<StatePool> create(int32_t num_state_slots, int32_t max_live,
                                   int32_t max_checkpoints, StateCopyFn copy);
-  // Copies through cache.copy_state_slot; the cache must outlive the pool.
-  static Result<StatePool> create(model::KvCache& cache, int32_t max_live, int32_t max_checkpoints);
 
   // A free live slot; kResourceExhausted when all max_live are taken. Its contents are stale:
   // the caller runs the sequence from position 0 (zero state) or restores a checkpoint into it.

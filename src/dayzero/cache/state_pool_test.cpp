@@ -409,7 +409,9 @@ TEST(StatePool, CheckpointsOfARealKvCache) {
       {.kda = {.num_heads = 2, .head_dim = 8, .conv_width = 4}}};
   Result<model::KvCache> cache = model::KvCache::create(layers, 1, 16, 1 + 2 + 2);
   ASSERT_TRUE(cache.ok()) << cache.status().to_string();
-  Result<StatePool> created = StatePool::create(*cache, 2, 2);
+  Result<StatePool> created =
+      StatePool::create(static_cast<int32_t>(cache->num_state_slots()), 2, 2,
+                        [&](int32_t from, int32_t to) { cache->copy_state_slot(from, to); });
   ASSERT_TRUE(created.ok()) << created.status().to_string();
   StatePool pool = std::move(created).value();
 

@@ -114,6 +114,7 @@ Status run_prompts_file(const BatchGenerateArgs& args) {
   }
 
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::CausalLm> model, load_model(args.model));
+  if (model == nullptr) return Status::ok_status();  // a rank that followed rank 0's steps
   DZ_ASSIGN_OR_RETURN(runtime::EngineConfig config, engine_config(args.model, args.engine));
   // Every prompt of the file is submitted at once.
   config.max_queued_requests =

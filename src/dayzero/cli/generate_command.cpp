@@ -103,6 +103,7 @@ Status run(const GenerateArgs& args) {
 
   // The serving engine with the same flags, eos ids and text stream as `dayzero serve`.
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::CausalLm> model, load_model(args.model));
+  if (model == nullptr) return Status::ok_status();  // a rank that followed rank 0's steps
   DZ_ASSIGN_OR_RETURN(runtime::EngineConfig config, engine_config(args.model, args.engine));
   config.eos_token_ids = defaults.eos_token_ids;
   config.token_bytes = token_bytes_of(*tokenizer);
@@ -196,6 +197,7 @@ RunCommand add_generate_command(CLI::App& app) {
       "JSONL file at once, one JSON line each");
   auto args = std::make_shared<GenerateArgs>();
   add_model_options(*command, args->model, /*model_has_default=*/true);
+  add_parallel_options(*command, args->model);
   auto* prompt =
       command->add_option("--prompt", args->prompt, "text to complete (no chat template)");
   auto* prompts_file =

@@ -35,6 +35,7 @@ Status run(const LogitsArgs& args) {
     return make_error(StatusCode::kInvalidArgument,
                       "--decode-from {} exceeds the number of tokens {}", decode_from, num_tokens);
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::CausalLm> model, load_model(args.model));
+  if (model == nullptr) return Status::ok_status();  // a rank that followed rank 0's steps
   const int64_t vocab = model->vocab_size();
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] >= vocab)
@@ -83,9 +84,7 @@ Status run(const LogitsArgs& args) {
                       "the engine returned {} logits rows and {} MTP rows for {} tokens",
                       all.size() / static_cast<size_t>(vocab),
                       mtp.size() / static_cast<size_t>(vocab), num_tokens);
-  // Every rank ran the same request to the same logits; rank 0 writes them.
   if (const std::string traffic = traffic_summary(); !traffic.empty()) spdlog::info("{}", traffic);
-  if (model_rank() != 0) return Status::ok_status();
   DZ_RETURN_IF_ERROR(formats::write_npy_f32(args.output, all, Shape{num_tokens, vocab}));
   if (with_mtp)
     DZ_RETURN_IF_ERROR(formats::write_npy_f32(args.mtp_output, mtp, Shape{num_tokens - 1, vocab}));

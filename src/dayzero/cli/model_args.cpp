@@ -5,9 +5,11 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include "dayzero/cli/default_model.h"
 #include "dayzero/dist/mpi_comm.h"
+#include "dayzero/model/step_broadcast.h"
 
 namespace dz::cli {
 namespace {
@@ -115,17 +117,27 @@ void add_parallel_options(CLI::App& command, ModelArgs& args) {
       ->capture_default_str();
 }
 
-int model_rank() {
-  return ranks().world != nullptr ? ranks().world->rank() : 0;
-}
-
 std::string traffic_summary() {
   const Ranks& state = ranks();
   if (state.world == nullptr) return "";
-  const dist::CommCounts total = state.world->stats().total();
-  return fmt::format("rank {} of {}: {} collectives, {} bytes received, {} sent",
-                     state.world->rank(), state.world->size(), total.calls, total.bytes_received,
-                     total.bytes_sent);
+  const dist::CommStats& stats = state.world->stats();
+  const dist::CommCounts steps = stats.for_layer(dist::kStepLayer);
+  dist::CommCounts model = stats.total();
+  model.calls -= steps.calls;
+  model.bytes_received -= steps.bytes_received;
+  model.bytes_sent -= steps.bytes_sent;
+  return fmt::format(
+      "rank {} of {}: {} collectives, {} bytes received, {} sent; step descriptions: {} "
+      "broadcasts",
+      state.world->rank(), state.world->size(), model.calls, model.bytes_received, model.bytes_sent,
+      steps.calls);
+}
+
+Result<int> plan_rank(const ModelArgs& args) {
+  const model::ParallelPlan plan{.tp = args.tp, .ep = args.ep};
+  if (plan.world_size() == 1) return 0;
+  DZ_ASSIGN_OR_RETURN(dist::Comm * comm, start_ranks(plan));
+  return comm->rank();
 }
 
 ExecContext exec_context(const ModelArgs& args) {
@@ -142,7 +154,14 @@ Result<std::unique_ptr<model::CausalLm>> load_model(const ModelArgs& args) {
   DZ_ASSIGN_OR_RETURN(options.comm, start_ranks(options.plan));
   options.rank = options.comm->rank();
   Result<std::unique_ptr<model::CausalLm>> loaded = model::load_causal_lm(args.model_dir, options);
-  return agree_on_load(*options.comm, std::move(loaded));
+  DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::CausalLm> shard,
+                      agree_on_load(*options.comm, std::move(loaded)));
+  if (options.rank == 0)
+    return std::unique_ptr<model::CausalLm>(
+        std::make_unique<model::StepLeader>(std::move(shard), *options.comm));
+  model::follow_steps(*shard, *options.comm, exec_context(args));
+  spdlog::info("{}", traffic_summary());
+  return std::unique_ptr<model::CausalLm>();
 }
 
 Result<std::vector<int32_t>> parse_token_ids(const std::string& list, const char* flag) {

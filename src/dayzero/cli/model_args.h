@@ -30,15 +30,21 @@ void add_model_options(CLI::App& command, ModelArgs& args, bool model_has_defaul
 
 // --tp and --ep, for the commands that run a model over several ranks.
 void add_parallel_options(CLI::App& command, ModelArgs& args);
-// This process's rank in the plan (0 in one process): only rank 0 writes a command's output.
-int model_rank();
-// "rank 0 of 2: 41 collectives, 1.2 MiB received" over the plan's ranks so far; "" in one
-// process.
+// "rank 0 of 2: 41 collectives, 1234 bytes received, 1234 sent; step descriptions: 9
+// broadcasts": the model's traffic over the plan's ranks so far, then rank 0's step messages;
+// "" in one process.
 std::string traffic_summary();
+
+// This process's rank in the plan: starts MPI for a plan of more than one rank (errors as
+// load_model's); 0 in one process.
+Result<int> plan_rank(const ModelArgs& args);
 
 ExecContext exec_context(const ModelArgs& args);
 // Loads the checkpoint (config, tensor checks, weights) with the parsed cache dtype. A plan of
-// more than one rank starts MPI (once per process) and needs as many ranks from `mpirun`.
+// more than one rank starts MPI (once per process) and needs as many ranks from `mpirun`; rank 0
+// gets its shard behind a model::StepLeader, which sends every step to the other ranks, and on
+// every other rank this call follows rank 0's steps until rank 0 is done, then returns nullptr:
+// the command has nothing left to do there (docs/parallel.md §8).
 Result<std::unique_ptr<model::CausalLm>> load_model(const ModelArgs& args);
 
 // "1,2,3" → ids; refuses empty lists, non-integers and negative ids, naming the item.

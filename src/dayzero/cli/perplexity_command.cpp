@@ -133,6 +133,7 @@ Status run(const PerplexityArgs& args) {
   const std::vector<runtime::TokenWindow>& windows = *split;
 
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::CausalLm> model, load_model(args.model));
+  if (model == nullptr) return Status::ok_status();  // a rank that followed rank 0's steps
   const int64_t vocab = model->vocab_size();
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] >= vocab)
@@ -216,6 +217,7 @@ RunCommand add_perplexity_command(CLI::App& app) {
       "from position 0 (llama-perplexity)");
   auto args = std::make_shared<PerplexityArgs>();
   add_model_options(*command, args->model, /*model_has_default=*/true);
+  add_parallel_options(*command, args->model);
   auto* file = command->add_option("--file", args->text_file,
                                    "text file, tokenized with the model's tokenizer (special-token "
                                    "text as plain text, no BOS)");

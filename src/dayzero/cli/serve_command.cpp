@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <csignal>
@@ -58,13 +59,22 @@ Result<serve::ServerConfig> server_config(const ServeArgs& args) {
 Status run(const ServeArgs& args) {
   DZ_ASSIGN_OR_RETURN(serve::ServerConfig config, server_config(args));
   // SIGINT and SIGTERM go to one waiting thread (blocked everywhere else, so set before any
-  // thread starts); a write to a departed client must fail, not kill the process.
+  // thread starts, MPI's included); a write to a departed client must fail, not kill the process.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  // Under a plan only rank 0 serves HTTP; the others run the steps it sends until it stops (and
+  // ignore the signals, which mpirun passes to every rank).
+  DZ_ASSIGN_OR_RETURN(const int rank, plan_rank(args.model));
+  if (rank != 0) return load_model(args.model).status();
+  if (args.model.tp * args.model.ep > 1)
+    spdlog::info(
+        "dayzero serve: rank 0 is pid {}: SIGTERM it to drain and stop every rank "
+        "(SIGTERM to mpirun ends every rank at once)",
+        getpid());
 
   serve::Server server(std::move(config));
   DZ_RETURN_IF_ERROR(server.bind());
@@ -100,6 +110,7 @@ RunCommand add_serve_command(CLI::App& app) {
       "OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/models, "
       "/health, /metrics, /tokenize, /detokenize");
   add_model_options(*command, args->model, /*model_has_default=*/true);
+  add_parallel_options(*command, args->model);
   command->add_option("--host", args->host, "address to listen on")->capture_default_str();
   command->add_option("--port", args->port, "port to listen on (0: any free port)")
       ->check(CLI::Range(0, 65535))

@@ -109,37 +109,45 @@ void Comm::all_reduce_sum(std::span<float> data, int layer, WireType wire) {
   // element is reduced once, so every rank holds the same bits, and the order does not depend on
   // the algorithm MPI picks for the message size.
   const std::vector<int64_t> chunks = even_split(n, ranks);
-  const int64_t mine = chunks[static_cast<size_t>(rank())];
-  const std::vector<int64_t> recv_counts(static_cast<size_t>(ranks), mine);
-
-  std::vector<float> reduced(static_cast<size_t>(mine), 0.0f);
+  std::vector<float> reduced = sum_my_chunk(data, wire, chunks, CommOp::kAllReduce, layer);
   if (wire == WireType::kF32) {
-    std::vector<float> parts(static_cast<size_t>(mine * ranks));
-    do_all_to_all(data.data(), chunks, parts.data(), recv_counts, wire, CommOp::kAllReduce, layer);
-    for (int source = 0; source < ranks; ++source) {
-      const float* part = parts.data() + source * mine;
-      for (int64_t i = 0; i < mine; ++i) reduced[static_cast<size_t>(i)] += part[i];
-    }
     do_all_gather(reduced.data(), data.data(), chunks, wire, CommOp::kAllReduce, layer);
   } else {
-    std::vector<uint16_t> send(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) send[static_cast<size_t>(i)] = formats::encode_bf16(data[i]);
-    std::vector<uint16_t> parts(static_cast<size_t>(mine * ranks));
-    do_all_to_all(send.data(), chunks, parts.data(), recv_counts, wire, CommOp::kAllReduce, layer);
-    std::vector<uint16_t> mine_bf16(static_cast<size_t>(mine));
-    for (int64_t i = 0; i < mine; ++i) {
-      float sum = 0.0f;
-      for (int source = 0; source < ranks; ++source) {
-        sum += formats::decode_bf16(parts[static_cast<size_t>(source * mine + i)]);
-      }
-      mine_bf16[static_cast<size_t>(i)] = formats::encode_bf16(sum);
-    }
-    do_all_gather(mine_bf16.data(), send.data(), chunks, wire, CommOp::kAllReduce, layer);
-    for (int64_t i = 0; i < n; ++i) data[i] = formats::decode_bf16(send[static_cast<size_t>(i)]);
+    std::vector<uint16_t> mine_bf16(reduced.size());
+    for (size_t i = 0; i < reduced.size(); ++i) mine_bf16[i] = formats::encode_bf16(reduced[i]);
+    std::vector<uint16_t> gathered(static_cast<size_t>(n));
+    do_all_gather(mine_bf16.data(), gathered.data(), chunks, wire, CommOp::kAllReduce, layer);
+    for (int64_t i = 0; i < n; ++i)
+      data[i] = formats::decode_bf16(gathered[static_cast<size_t>(i)]);
   }
   // Sent: every other chunk, then mine to every other rank: as much as is received.
   const int64_t received = all_reduce_received_bytes(n, ranks, rank(), wire);
   stats_.add({layer, CommOp::kAllReduce}, received, received);
+}
+
+std::vector<float> Comm::sum_my_chunk(std::span<const float> send, WireType wire,
+                                      std::span<const int64_t> chunks, CommOp op, int layer) {
+  const int ranks = size();
+  const int64_t mine = chunks[static_cast<size_t>(rank())];
+  const std::vector<int64_t> recv_counts(static_cast<size_t>(ranks), mine);
+  std::vector<float> sum(static_cast<size_t>(mine), 0.0f);
+  if (wire == WireType::kF32) {
+    std::vector<float> parts(static_cast<size_t>(mine * ranks));
+    do_all_to_all(send.data(), chunks, parts.data(), recv_counts, wire, op, layer);
+    for (int source = 0; source < ranks; ++source)
+      for (int64_t i = 0; i < mine; ++i)
+        sum[static_cast<size_t>(i)] += parts[static_cast<size_t>(source * mine + i)];
+  } else {
+    std::vector<uint16_t> encoded(send.size());
+    for (size_t i = 0; i < send.size(); ++i) encoded[i] = formats::encode_bf16(send[i]);
+    std::vector<uint16_t> parts(static_cast<size_t>(mine * ranks));
+    do_all_to_all(encoded.data(), chunks, parts.data(), recv_counts, wire, op, layer);
+    for (int source = 0; source < ranks; ++source)
+      for (int64_t i = 0; i < mine; ++i)
+        sum[static_cast<size_t>(i)] +=
+            formats::decode_bf16(parts[static_cast<size_t>(source * mine + i)]);
+  }
+  return sum;
 }
 
 void Comm::all_gather(std::span<const std::byte> send, std::span<std::byte> recv,
@@ -161,16 +169,9 @@ void Comm::reduce_scatter_sum(std::span<const float> send, std::span<float> recv
   const int64_t mine = counts[static_cast<size_t>(rank())];
   DZ_CHECK(static_cast<int64_t>(send.size()) == sum_of(counts), "reduce_scatter: send size");
   DZ_CHECK(static_cast<int64_t>(recv.size()) == mine, "reduce_scatter: recv size");
-  std::vector<float> parts(static_cast<size_t>(mine * ranks));
-  const std::vector<int64_t> recv_counts(static_cast<size_t>(ranks), mine);
-  do_all_to_all(send.data(), counts, parts.data(), recv_counts, WireType::kF32,
-                CommOp::kReduceScatter, layer);
-  for (int64_t i = 0; i < mine; ++i) {
-    float sum = 0.0f;
-    for (int source = 0; source < ranks; ++source)
-      sum += parts[static_cast<size_t>(source * mine + i)];
-    recv[static_cast<size_t>(i)] = sum;
-  }
+  const std::vector<float> reduced =
+      sum_my_chunk(send, WireType::kF32, counts, CommOp::kReduceScatter, layer);
+  std::copy(reduced.begin(), reduced.end(), recv.begin());
   const int64_t elem = wire_type_bytes(WireType::kF32);
   stats_.add({layer, CommOp::kReduceScatter}, (sum_of(counts) - mine) * elem,
              (ranks - 1) * mine * elem);
@@ -201,9 +202,9 @@ std::vector<int64_t> Comm::exchange_counts(std::span<const int64_t> send_counts,
   return recv_counts;
 }
 
-void Comm::broadcast(std::span<std::byte> data, int root, int layer) {
+void Comm::broadcast(std::span<std::byte> data, int root, int layer, Wait wait) {
   DZ_CHECK(root >= 0 && root < size(), "broadcast root {}", root);
-  do_broadcast(data.data(), static_cast<int64_t>(data.size()), root, layer);
+  do_broadcast(data.data(), static_cast<int64_t>(data.size()), root, layer, wait);
   const auto bytes = static_cast<int64_t>(data.size());
   stats_.add({layer, CommOp::kBroadcast}, rank() == root ? (size() - 1) * bytes : 0,
              rank() == root ? 0 : bytes);
@@ -239,7 +240,7 @@ void SoloComm::do_all_to_all(const void* send, std::span<const int64_t> send_cou
   }
 }
 
-void SoloComm::do_broadcast(void*, int64_t, int, int) {}
+void SoloComm::do_broadcast(void*, int64_t, int, int, Wait) {}
 
 void SoloComm::do_gather(const void* send, void* recv, std::span<const int64_t> counts,
                          WireType type, int, int) {

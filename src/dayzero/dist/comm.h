@@ -28,7 +28,10 @@ enum class CommOp : unsigned char {
 };
 std::string_view comm_op_name(CommOp op);  // "all_reduce", ...
 
-// What a collective serves: the decoder layer (-1 for embeddings, head, step plan) and the op.
+// What a collective serves: the decoder layer (-1 for embeddings and head, kStepLayer for rank
+// 0's step descriptions, which are not the model's traffic) and the op.
+inline constexpr int kStepLayer = -2;
+
 struct CommKey {
   int layer = -1;
   CommOp op = CommOp::kAllReduce;
@@ -89,8 +92,10 @@ class Comm {
   // rank s out (what all_to_all needs before its payload).
   std::vector<int64_t> exchange_counts(std::span<const int64_t> send_counts, int layer);
 
-  // Root's `data` overwrites every other rank's.
-  void broadcast(std::span<std::byte> data, int root, int layer);
+  // Root's `data` overwrites every other rank's. kForever: no deadline (a rank idle until root
+  // sends the next step; a root that dies ends the job through mpirun instead).
+  enum class Wait : unsigned char { kDeadline, kForever };
+  void broadcast(std::span<std::byte> data, int root, int layer, Wait wait = Wait::kDeadline);
 
   // Root receives every rank's `send` (counts[r] elements) concatenated in rank order in `recv`
   // (ignored elsewhere).
@@ -109,11 +114,16 @@ class Comm {
   virtual void do_all_to_all(const void* send, std::span<const int64_t> send_counts, void* recv,
                              std::span<const int64_t> recv_counts, WireType type, CommOp op,
                              int layer) = 0;
-  virtual void do_broadcast(void* data, int64_t bytes, int root, int layer) = 0;
+  virtual void do_broadcast(void* data, int64_t bytes, int root, int layer, Wait wait) = 0;
   virtual void do_gather(const void* send, void* recv, std::span<const int64_t> counts,
                          WireType type, int root, int layer) = 0;
 
  private:
+  // Sends chunk r of `send` (as `wire`) to rank r and sums in rank order, in FP32, the chunks that
+  // arrive here: the reduce-scatter half of every sum.
+  std::vector<float> sum_my_chunk(std::span<const float> send, WireType wire,
+                                  std::span<const int64_t> chunks, CommOp op, int layer);
+
   CommStats stats_;
 };
 
@@ -131,7 +141,7 @@ class SoloComm final : public Comm {
   void do_all_to_all(const void* send, std::span<const int64_t> send_counts, void* recv,
                      std::span<const int64_t> recv_counts, WireType type, CommOp op,
                      int layer) override;
-  void do_broadcast(void* data, int64_t bytes, int root, int layer) override;
+  void do_broadcast(void* data, int64_t bytes, int root, int layer, Wait wait) override;
   void do_gather(const void* send, void* recv, std::span<const int64_t> counts, WireType type,
                  int root, int layer) override;
 };

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -89,14 +90,20 @@ Layout layout_of(std::span<const int64_t> counts) {
   return layout;
 }
 
+constexpr double kNoDeadline = std::numeric_limits<double>::infinity();
+
 // Polls until the request completes. MPI_Test also drives Open MPI's progress engine. The first
 // 50 us spin (a step's collectives are short); after that the thread yields and then sleeps, so
 // that ranks oversubscribing the cores (tests: 4 ranks on 2 cores) leave them to the ranks still
-// computing. Past the deadline: log and MPI_Abort, which tears down every rank.
+// computing, and past 100 ms it sleeps a millisecond at a time (a rank idle between requests).
+// Past the deadline: log and MPI_Abort, which tears down every rank.
 void wait_for(MPI_Request& request, MPI_Comm comm, double timeout_s, CommOp op, int layer) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  const auto deadline = start + std::chrono::duration<double>(timeout_s);
+  const auto deadline = timeout_s == kNoDeadline
+                            ? Clock::time_point::max()
+                            : start + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(timeout_s));
   for (int64_t polls = 0;; ++polls) {
     int done = 0;
     MPI_Test(&request, &done, MPI_STATUS_IGNORE);
@@ -116,8 +123,10 @@ void wait_for(MPI_Request& request, MPI_Comm comm, double timeout_s, CommOp op, 
     if (waited < std::chrono::microseconds(50)) continue;
     if (waited < std::chrono::milliseconds(2)) {
       std::this_thread::yield();
-    } else {
+    } else if (waited < std::chrono::milliseconds(100)) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
 }
@@ -181,11 +190,12 @@ void MpiComm::do_all_to_all(const void* send, std::span<const int64_t> send_coun
   wait_for(request, handle_->comm, timeout_s_, op, layer);
 }
 
-void MpiComm::do_broadcast(void* data, int64_t bytes, int root, int layer) {
+void MpiComm::do_broadcast(void* data, int64_t bytes, int root, int layer, Wait wait) {
   MPI_Request request;
   const int rc = MPI_Ibcast(data, as_mpi_count(bytes), MPI_BYTE, root, handle_->comm, &request);
   DZ_CHECK(rc == MPI_SUCCESS, "MPI_Ibcast failed ({}) for layer {}", rc, layer);
-  wait_for(request, handle_->comm, timeout_s_, CommOp::kBroadcast, layer);
+  wait_for(request, handle_->comm, wait == Wait::kForever ? kNoDeadline : timeout_s_,
+           CommOp::kBroadcast, layer);
 }
 
 void MpiComm::do_gather(const void* send, void* recv, std::span<const int64_t> counts,

@@ -52,7 +52,7 @@ class MpiComm final : public Comm {
   void do_all_to_all(const void* send, std::span<const int64_t> send_counts, void* recv,
                      std::span<const int64_t> recv_counts, WireType type, CommOp op,
                      int layer) override;
-  void do_broadcast(void* data, int64_t bytes, int root, int layer) override;
+  void do_broadcast(void* data, int64_t bytes, int root, int layer, Wait wait) override;
   void do_gather(const void* send, void* recv, std::span<const int64_t> counts, WireType type,
                  int root, int layer) override;
 

@@ -137,12 +137,6 @@ std::vector<CommLine> step_comm(const ModelDims& d, const Analysis& a, const Par
   return lines;
 }
 
-struct Feature {
-  bool used;
-  std::string item;
-  std::string note;
-};
-
 void list_requirements(const Architecture& arch, const std::string& refusal,
                        const formats::ConfigObject& root, const ModelDims& d, const Analysis& a,
                        const ParallelPlan& plan, Analysis& out) {

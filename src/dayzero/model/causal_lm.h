@@ -57,6 +57,21 @@ class CausalLm {
   virtual Status forward_mtp(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
                              std::span<const int64_t> logits_rows, float* out_logits,
                              TapSink* taps);
+
+  // The engine made `cache` for this model: a model over several ranks makes one of the same
+  // geometry on every rank now rather than at the first step (which would then wait for it).
+  virtual void cache_created(KvCache& cache) { (void)cache; }
+
+  // The cache edits the engine makes between forwards (copy-on-write of a shared partial block,
+  // recurrent-state checkpoints), through the model so that a model over several ranks makes them
+  // on every rank's cache (model/step_broadcast.h).
+  virtual void copy_block_rows(KvCache& cache, int32_t from_block, int32_t to_block,
+                               int64_t num_rows) {
+    cache.copy_block_rows(from_block, to_block, num_rows);
+  }
+  virtual void copy_state_slot(KvCache& cache, int32_t from, int32_t to) {
+    cache.copy_state_slot(from, to);
+  }
 };
 
 // Reads DIR/config.json through the registry, opens and validates the checkpoint against the

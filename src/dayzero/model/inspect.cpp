@@ -83,11 +83,6 @@ std::string file_of(const formats::CheckpointTensor& tensor) {
   return path.substr(path.find_last_of('/') + 1);
 }
 
-// Companion weight of a scale spec: "x.weight_scale_inv" → "x.weight".
-std::string weight_of_scale(const std::string& scale_name) {
-  return scale_name.substr(0, scale_name.size() - std::string_view("_scale_inv").size());
-}
-
 }  // namespace
 
 ModelSummary summarize_architecture(const Architecture& arch) {
@@ -98,9 +93,7 @@ ModelSummary summarize_architecture(const Architecture& arch, const TensorTable&
   ModelSummary summary = start_summary(arch);
   Counter counter(summary);
   for (const TensorSpec& spec : table.specs()) {
-    if (spec.only_if_weight_is_fp8 &&
-        table.find(weight_of_scale(spec.name))->dtypes[0] != DType::kF8E4M3)
-      continue;
+    if (!table.in_published_layout(spec)) continue;
     counter.add(spec, spec.dtypes[0], spec.shape, stored_bytes(spec.dtypes[0], spec.shape));
   }
   counter.finish();

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -49,7 +50,9 @@ Result<KvCache> KvCache::create(std::span<const LayerCacheSpec> layers, int64_t 
   if (num_state_slots < 0 || num_state_slots > std::numeric_limits<int32_t>::max())
     return make_error(StatusCode::kInvalidArgument, "KV cache: num_state_slots {} out of range",
                       num_state_slots);
+  static std::atomic<uint64_t> next_id{1};
   KvCache cache;
+  cache.id_ = next_id++;
   cache.num_blocks_ = num_blocks;
   cache.block_size_ = block_size;
   cache.num_state_slots_ = num_state_slots;

@@ -34,6 +34,9 @@ class KvCache {
   static Result<KvCache> create(std::span<const LayerCacheSpec> layers, int64_t num_blocks,
                                 int64_t block_size, int64_t num_state_slots = 0);
 
+  // Distinct for every cache this process creates (moves keep it): how rank 0 names its cache to
+  // the other ranks of a plan (model/step_broadcast.h).
+  uint64_t id() const { return id_; }
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }
   int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
@@ -63,6 +66,7 @@ class KvCache {
   };
 
   std::vector<Layer> layers_;
+  uint64_t id_ = 0;
   int64_t num_blocks_ = 0;
   int64_t block_size_ = 0;
   int64_t num_state_slots_ = 0;

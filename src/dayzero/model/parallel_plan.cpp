@@ -77,10 +77,7 @@ int64_t split_ways(Split split, const ParallelPlan& plan) {
 RankWeights weights_per_rank(const TensorTable& table, const ParallelPlan& plan) {
   RankWeights held;
   for (const TensorSpec& spec : table.specs()) {
-    if (spec.only_if_weight_is_fp8) {
-      const std::string weight = spec.name.substr(0, spec.name.size() - 10);  // "_scale_inv"
-      if (table.find(weight)->dtypes[0] != DType::kF8E4M3) continue;
-    }
+    if (!table.in_published_layout(spec)) continue;
     const int64_t bytes = (spec.shape.num_elems() * dtype_bits(spec.dtypes[0]) + 7) / 8;
     const int64_t ways = split_ways(spec.split, plan);
     held.bytes += (bytes + ways - 1) / ways;

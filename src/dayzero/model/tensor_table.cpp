@@ -167,4 +167,13 @@ const TensorSpec* TensorTable::find(std::string_view name) const {
   return it == index_.end() ? nullptr : &specs_[it->second];
 }
 
+bool TensorTable::in_published_layout(const TensorSpec& spec) const {
+  return !spec.only_if_weight_is_fp8 ||
+         find(weight_of_scale(spec.name))->dtypes[0] == DType::kF8E4M3;
+}
+
+std::string weight_of_scale(const std::string& scale_name) {
+  return scale_name.substr(0, scale_name.size() - std::string_view("_scale_inv").size());
+}
+
 }  // namespace dz::model

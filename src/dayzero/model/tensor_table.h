@@ -79,6 +79,9 @@ struct TensorSpec {
   bool only_if_weight_is_fp8 = false;
 };
 
+// Companion weight of a scale name: "x.weight_scale_inv" → "x.weight".
+std::string weight_of_scale(const std::string& scale_name);
+
 // Logical parameters a stored tensor holds: elements, ×2 for packed MXFP4, 0 for scales.
 int64_t logical_params(const TensorSpec& spec, const Shape& stored_shape);
 
@@ -101,6 +104,9 @@ class TensorTable {
 
   const std::vector<TensorSpec>& specs() const { return specs_; }
   const TensorSpec* find(std::string_view name) const;
+  // False for the scale of a kFp8BlockOrPlain linear published plain: the layout has no such
+  // tensor.
+  bool in_published_layout(const TensorSpec& spec) const;
   // Module names of the linears stored as MXFP4 (for the ignore-list check).
   const std::vector<std::string>& mxfp4_modules() const { return mxfp4_modules_; }
 

@@ -212,19 +212,25 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CausalLm& model,
   impl->reserve_blocks = reserve;
   DZ_ASSIGN_OR_RETURN(
       impl->cache, model::KvCache::create(layers, num_blocks, config.block_size, num_state_slots));
+  model.cache_created(impl->cache);
   DZ_ASSIGN_OR_RETURN(cache::BlockPool blocks,
                       cache::BlockPool::create(num_blocks, config.block_size, reserve));
+  // Cache edits go through the model, which repeats them on every rank of a plan.
+  model::KvCache* kv = &impl->cache;
   std::optional<cache::StatePool> states;
   if (recurrent) {
-    // The cache sits at its final address inside impl, so the pools may keep a reference to it.
-    DZ_ASSIGN_OR_RETURN(
-        states, cache::StatePool::create(impl->cache, static_cast<int32_t>(config.max_num_seqs),
-                                         static_cast<int32_t>(max_checkpoints)));
+    DZ_ASSIGN_OR_RETURN(states, cache::StatePool::create(static_cast<int32_t>(num_state_slots),
+                                                         static_cast<int32_t>(config.max_num_seqs),
+                                                         static_cast<int32_t>(max_checkpoints),
+                                                         [&model, kv](int32_t from, int32_t to) {
+                                                           model.copy_state_slot(*kv, from, to);
+                                                         }));
   }
-  model::KvCache* kv = &impl->cache;
   impl->coordinator.emplace(
       std::move(blocks), std::move(states),
-      [kv](int32_t from, int32_t to, int64_t rows) { kv->copy_block_rows(from, to, rows); },
+      [&model, kv](int32_t from, int32_t to, int64_t rows) {
+        model.copy_block_rows(*kv, from, to, rows);
+      },
       cache::CacheCoordinatorConfig{
           .enable_prefix_caching = config.enable_prefix_caching,
           .state_checkpoint_interval = config.state_checkpoint_interval,

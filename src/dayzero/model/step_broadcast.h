@@ -1,0 +1,60 @@
+#pragma once
+// Every rank runs the same forward, rank 0 alone decides it (docs/parallel.md §8): rank 0 owns the
+// scheduler, the block and state pools (the one global cache manager: block ids, reference counts,
+// prefix hashes) and the sampler, and before each forward it broadcasts the step description (token
+// ids, positions, slots, each sequence's block table and state slot, the logits rows) with the
+// cache edits made since the last step. The other ranks keep only cache data, in a cache of the
+// same geometry addressed by rank 0's block ids and slots.
+//
+// Rank 0 wraps its model in StepLeader, which any command or the engine drives as a CausalLm;
+// every other rank calls follow_steps until rank 0's StepLeader is destroyed.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "dayzero/dist/comm.h"
+#include "dayzero/model/causal_lm.h"
+
+namespace dz::model {
+
+class StepLeader final : public CausalLm {
+ public:
+  // `model` is rank 0's shard; comm spans every rank of the plan.
+  StepLeader(std::unique_ptr<CausalLm> model, dist::Comm& comm);
+  // Tells the other ranks to stop following (they return from follow_steps).
+  ~StepLeader() override;
+
+  int64_t vocab_size() const override { return model_->vocab_size(); }
+  int64_t hidden_size() const override { return model_->hidden_size(); }
+  std::vector<LayerCacheSpec> cache_layers() const override { return model_->cache_layers(); }
+  bool has_mtp() const override { return model_->has_mtp(); }
+
+  Status forward(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
+                 std::span<const int64_t> logits_rows, float* out_logits, TapSink* taps) override;
+  Status forward_mtp(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
+                     std::span<const int64_t> logits_rows, float* out_logits,
+                     TapSink* taps) override;
+  void cache_created(KvCache& cache) override;
+  // Made here at once, on the other ranks before the next step.
+  void copy_block_rows(KvCache& cache, int32_t from_block, int32_t to_block,
+                       int64_t num_rows) override;
+  void copy_state_slot(KvCache& cache, int32_t from, int32_t to) override;
+
+ private:
+  // Broadcasts one step description: kind (model/step_broadcast.cpp), and what a forward needs.
+  void send(int64_t kind, const KvCache* cache, const ForwardBatch* batch,
+            std::span<const int64_t> logits_rows);
+
+  std::unique_ptr<CausalLm> model_;
+  dist::Comm& comm_;
+  std::vector<int64_t> pending_edits_;  // cache edits not yet sent, 4 numbers each
+  std::vector<int64_t> message_;
+};
+
+// A rank other than 0: runs every step rank 0 sends through `model` (this rank's shard) on a cache
+// of its own, until rank 0 says stop. Waits for a step without a deadline (a server may idle for
+// hours); a collective inside a forward keeps its deadline.
+void follow_steps(CausalLm& model, dist::Comm& comm, const ExecContext& ctx);
+
+}  // namespace dz::model
