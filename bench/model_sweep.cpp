@@ -296,6 +296,7 @@ Result<std::vector<DecodeRow>> run_decode(BenchModel& m, const DecodeOptions& op
     DZ_ASSIGN_OR_RETURN(model::KvCache cache,
                         make_cache(specs, max_batch * blocks_per_seq + 1, bs,
                                    recurrent ? max_batch : 0, kMaxCacheBytes));
+    lm.cache_created(cache);
     std::vector<std::vector<int32_t>> tables(static_cast<size_t>(max_batch));
     std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(max_batch));
     std::vector<int32_t> state_slots;
@@ -336,6 +337,7 @@ Result<std::vector<DecodeRow>> run_decode(BenchModel& m, const DecodeOptions& op
       std::fill(pos.begin(), pos.end(), L);
       DZ_RETURN_IF_ERROR(step(B, nullptr).status());  // warm-up: scratch sized, pages touched
       if (counter) counter->reset();
+      const int64_t received_before = m.comm ? m.comm->stats().total().bytes_received : 0;
       double cache_sum = 0;
       int steps = 0;
       const double t0 = clock_seconds(opt.cpu_clock, opt.num_threads);
@@ -357,6 +359,9 @@ Result<std::vector<DecodeRow>> run_decode(BenchModel& m, const DecodeOptions& op
       row.load = load_average();
       row.distinct_experts = counter ? counter->mean_distinct() : 0.0;
       row.cache_bytes = cache_sum / steps;
+      if (m.comm)
+        row.comm_bytes_per_step =
+            static_cast<double>(m.comm->stats().total().bytes_received - received_before) / steps;
       if (m.synthetic) {
         row.weight_bytes = static_cast<double>(wb.per_step_bytes);
         row.expert_bytes = row.distinct_experts * static_cast<double>(wb.num_moe_layers) *
@@ -431,6 +436,7 @@ Result<std::vector<PrefillRow>> run_prefill(BenchModel& m, const PrefillOptions&
     const int64_t bs = opt.block_size;
     DZ_ASSIGN_OR_RETURN(model::KvCache cache, make_cache(specs, ceil_div(T, bs) + 1, bs,
                                                          recurrent ? 1 : 0, kMaxCacheBytes));
+    lm.cache_created(cache);
     std::vector<int32_t> table;
     for (int64_t b = 0; b < ceil_div(T, bs); ++b) table.push_back(static_cast<int32_t>(1 + b));
     Rng rng(mix_seed(opt.seed, 11, static_cast<uint64_t>(T), 0));

@@ -30,6 +30,8 @@
 #include <string_view>
 #include <vector>
 
+#include "dayzero/dist/comm.h"
+
 #include "dayzero/core/parallel.h"
 #include "dayzero/core/status.h"
 #include "dayzero/model/causal_lm.h"
@@ -63,6 +65,8 @@ struct BenchModel {
   std::optional<model::SyntheticModelConfig> synthetic;
   model::SyntheticWeightBytes bytes;  // synthetic only
   double build_seconds = 0;
+  // A multi-rank plan's communicator (model is rank 0's StepLeader), for the traffic per step.
+  dist::Comm* comm = nullptr;
 };
 
 Result<BenchModel> load_synthetic_bench_model(const std::string& config_path);
@@ -153,9 +157,10 @@ struct DecodeRow {
   double speedup = 1;           // tokens/s over the first batch of the same context, per token
   double ideal_speedup = 1;
   double achieved_over_ideal = 1;
-  double vs_first_context = 1;   // tokens/s over the same batch at the first context
-  double fill_seconds = 0;       // writing the synthetic context (once per context)
-  int64_t filled_positions = 0;  // count_filled_positions of the last sequence after the fill
+  double vs_first_context = 1;     // tokens/s over the same batch at the first context
+  double comm_bytes_per_step = 0;  // the model's bytes received from other ranks (a plan)
+  double fill_seconds = 0;         // writing the synthetic context (once per context)
+  int64_t filled_positions = 0;    // count_filled_positions of the last sequence after the fill
   double load = 0;
 };
 

@@ -1,6 +1,7 @@
 """Tiny random checkpoints in exactly the published layout (docs/models.md §7, §8).
 
     /usr/bin/python3 -m dayzero_ref.make_tiny ARCH OUTDIR --seed N [--shard-bytes B]
+        [--plain [--set FIELD=JSON ...]]
 
 ARCH is deepseek_v32, kimi_linear, kimi_k3 or dayzero_hybrid. OUTDIR receives config.json
 (published field names and nesting), generation_config.json, the tokenizer files, and the
@@ -397,12 +398,21 @@ def generation_config(config):
             "top_p": 0.95, "transformers_version": "4.46.3"}
 
 
-def make_tiny(arch, out_dir, seed=0, shard_bytes=None, decisive=True):
+def make_tiny(arch, out_dir, seed=0, shard_bytes=None, decisive=True, overrides=None):
     """Writes the tiny `arch` checkpoint into out_dir; returns the config dict. decisive=False gives
-    the plain §8 draws (no margins by construction)."""
+    the plain §8 draws (no margins by construction). overrides: config fields replaced before the
+    weights are drawn (plain draws only: the decisive structure is worked out for the tiny sizes),
+    e.g. a larger model for a benchmark."""
     if arch not in CONFIGS:
         raise ValueError(f"unknown arch {arch!r} (supported: {', '.join(ARCHS)})")
     config = CONFIGS[arch]()
+    if overrides:
+        if decisive:
+            raise ValueError("config overrides need --plain")
+        unknown = sorted(set(overrides) - set(config))
+        if unknown:
+            raise ValueError(f"--set: {', '.join(unknown)} not in the {arch} config")
+        config.update(overrides)
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2)
@@ -435,8 +445,17 @@ def main(argv=None):
                              "others one file)")
     parser.add_argument("--plain", action="store_true",
                         help="plain random draws, without the decisive structure")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
+                        help="replace a config field (with --plain), e.g. --set hidden_size=2048")
     args = parser.parse_args(argv)
-    make_tiny(args.arch, args.out_dir, args.seed, args.shard_bytes, decisive=not args.plain)
+    overrides = {}
+    for item in args.set:
+        field, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--set {item}: expected FIELD=JSON")
+        overrides[field] = json.loads(value)
+    make_tiny(args.arch, args.out_dir, args.seed, args.shard_bytes, decisive=not args.plain,
+              overrides=overrides)
 
 
 if __name__ == "__main__":

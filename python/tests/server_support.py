@@ -14,7 +14,7 @@ from serve_process import ServeProcess
 
 
 # DZ_SERVE_TP=N runs every server of the suite as `mpirun -np N dayzero serve --tp N` (one thread
-# per rank): the server test suite under tensor parallelism (docs/parallel.md §8).
+# per rank): the server test suite under tensor parallelism (docs/parallel.md §7).
 SERVE_TP = int(os.environ.get("DZ_SERVE_TP", "1"))
 MPIRUN = ("mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader")
 

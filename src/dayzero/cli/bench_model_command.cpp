@@ -46,6 +46,8 @@ struct CommonArgs {
   double limits_seconds = 0.5;
   bool quick_limits = false;  // tests: tiny buffers, the figures are not the machine's limits
   uint64_t seed = 1;
+  int tp = 1;  // with --model, under mpirun (docs/parallel.md)
+  int ep = 1;
 };
 
 // "1,4,16" or "1K,8K,128K" (K = 1024): positive integers, each item named in the error.
@@ -114,6 +116,12 @@ void add_common_options(CLI::App& command, CommonArgs& args) {
                    "measure the limits on a 16 MiB buffer and a 256x1024x1024 GEMM for 0.01 s "
                    "(for tests: the fractions are then not against the machine's limits)");
   command.add_option("--seed", args.seed, "random tokens and context")->capture_default_str();
+  command.add_option("--tp", args.tp, "with --model: tensor-parallel ranks (under mpirun)")
+      ->check(integer_at_least(1))
+      ->capture_default_str();
+  command.add_option("--ep", args.ep, "with --model: expert-parallel groups (under mpirun)")
+      ->check(integer_at_least(1))
+      ->capture_default_str();
 }
 
 int threads_of(const CommonArgs& args) {
@@ -133,9 +141,14 @@ Result<bench::BenchModel> load_bench_model(const CommonArgs& args) {
   ModelArgs model_args;
   model_args.model_dir = args.model_dir;
   model_args.kv_cache_dtype = args.kv_cache_dtype;
+  model_args.num_threads = args.num_threads;
+  model_args.tp = args.tp;
+  model_args.ep = args.ep;
   const double t0 = bench::clock_seconds(false);
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::CausalLm> lm, load_model(model_args));
+  if (lm == nullptr) return bench::BenchModel{};  // a rank that followed rank 0's steps
   bench::BenchModel m = bench::wrap_checkpoint_model(args.model_dir, std::move(lm));
+  m.comm = plan_comm();
   m.build_seconds = bench::clock_seconds(false) - t0;
   return m;
 }
@@ -235,6 +248,7 @@ Status run_decode(const DecodeArgs& args) {
   DZ_ASSIGN_OR_RETURN(opt.batches, parse_size_list(args.batches, "--batch"));
   DZ_ASSIGN_OR_RETURN(opt.contexts, parse_size_list(args.contexts, "--context"));
   DZ_ASSIGN_OR_RETURN(bench::BenchModel m, load_bench_model(c));
+  if (m.model == nullptr) return Status::ok_status();  // a rank that followed rank 0's steps
   const int threads = threads_of(c);
   const bench::MachineLimits lim = measure(c);
   opt.num_threads = threads;
@@ -270,6 +284,9 @@ Status run_decode(const DecodeArgs& args) {
         known_or_dash(r.gbps, 2), known_or_dash(r.dram_fraction, 2), r.distinct_experts, r.speedup,
         known_or_dash(r.ideal_speedup, 2), known_or_dash(r.achieved_over_ideal, 2),
         r.vs_first_context, r.load);
+    if (m.comm != nullptr)
+      fmt::print("{:>8} {:>4} rank 0 received {:.1f} KiB per step from the other ranks\n", "", "",
+                 r.comm_bytes_per_step / 1024.0);
     std::fflush(stdout);
   };
   DZ_ASSIGN_OR_RETURN(std::vector<bench::DecodeRow> rows, bench::run_decode(m, opt, print_row));
@@ -288,6 +305,7 @@ Status run_decode(const DecodeArgs& args) {
                             {"fill_seconds", r.fill_seconds},
                             {"filled_positions", r.filled_positions},
                             {"load", r.load}};
+      if (m.comm != nullptr) row["comm_bytes_received_per_step"] = r.comm_bytes_per_step;
       if (known) {
         row["weight_bytes_per_step"] = r.weight_bytes;
         row["expert_bytes_per_step"] = r.expert_bytes;
@@ -328,6 +346,7 @@ Status run_prefill(const PrefillArgs& args) {
   bench::PrefillOptions opt;
   DZ_ASSIGN_OR_RETURN(opt.token_counts, parse_size_list(args.tokens, "--tokens"));
   DZ_ASSIGN_OR_RETURN(bench::BenchModel m, load_bench_model(c));
+  if (m.model == nullptr) return Status::ok_status();  // a rank that followed rank 0's steps
   const int threads = threads_of(c);
   const bench::MachineLimits lim = measure(c);
   opt.chunk_tokens = args.chunk;

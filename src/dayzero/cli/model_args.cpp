@@ -117,15 +117,16 @@ void add_parallel_options(CLI::App& command, ModelArgs& args) {
       ->capture_default_str();
 }
 
+dist::Comm* plan_comm() {
+  return ranks().world.get();
+}
+
 std::string traffic_summary() {
   const Ranks& state = ranks();
   if (state.world == nullptr) return "";
   const dist::CommStats& stats = state.world->stats();
   const dist::CommCounts steps = stats.for_layer(dist::kStepLayer);
-  dist::CommCounts model = stats.total();
-  model.calls -= steps.calls;
-  model.bytes_received -= steps.bytes_received;
-  model.bytes_sent -= steps.bytes_sent;
+  const dist::CommCounts model = stats.total();
   return fmt::format(
       "rank {} of {}: {} collectives, {} bytes received, {} sent; step descriptions: {} "
       "broadcasts",

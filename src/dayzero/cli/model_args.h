@@ -34,6 +34,8 @@ void add_parallel_options(CLI::App& command, ModelArgs& args);
 // broadcasts": the model's traffic over the plan's ranks so far, then rank 0's step messages;
 // "" in one process.
 std::string traffic_summary();
+// The communicator over the plan's ranks once a multi-rank load started it; null in one process.
+dist::Comm* plan_comm();
 
 // This process's rank in the plan: starts MPI for a plan of more than one rank (errors as
 // load_model's); 0 in one process.
@@ -44,7 +46,7 @@ ExecContext exec_context(const ModelArgs& args);
 // more than one rank starts MPI (once per process) and needs as many ranks from `mpirun`; rank 0
 // gets its shard behind a model::StepLeader, which sends every step to the other ranks, and on
 // every other rank this call follows rank 0's steps until rank 0 is done, then returns nullptr:
-// the command has nothing left to do there (docs/parallel.md §8).
+// the command has nothing left to do there (docs/parallel.md §7).
 Result<std::unique_ptr<model::CausalLm>> load_model(const ModelArgs& args);
 
 // "1,2,3" → ids; refuses empty lists, non-integers and negative ids, naming the item.

@@ -36,6 +36,7 @@ void CommStats::add(CommKey key, int64_t bytes_sent, int64_t bytes_received) {
 CommCounts CommStats::total() const {
   CommCounts sum;
   for (const auto& [key, counts] : counts_) {
+    if (key.layer == kStepLayer) continue;
     sum.calls += counts.calls;
     sum.bytes_sent += counts.bytes_sent;
     sum.bytes_received += counts.bytes_received;

@@ -50,6 +50,7 @@ class CommStats {
   void add(CommKey key, int64_t bytes_sent, int64_t bytes_received);
   void reset() { counts_.clear(); }
   const std::map<CommKey, CommCounts>& by_key() const { return counts_; }
+  // Every layer's, without the step descriptions (kStepLayer): the model's traffic.
   CommCounts total() const;
   CommCounts for_layer(int layer) const;
 

@@ -30,7 +30,7 @@ Result<std::unique_ptr<CausalLm>> load_causal_lm(const std::string& dir,
     DZ_RETURN_IF_ERROR(validate_plan(plan, arch->dims()));
     if (plan.ep > 1 || plan.cp > 1)
       return make_error(StatusCode::kUnsupported,
-                        "plan {}: the forward splits by --tp only so far (docs/parallel.md §7)",
+                        "plan {}: the forward splits by --tp only so far (docs/parallel.md §8)",
                         plan.describe());
     if (options.comm == nullptr || options.comm->size() != plan.world_size())
       return make_error(StatusCode::kInvalidArgument, "plan {} needs {} ranks, the job has {}",

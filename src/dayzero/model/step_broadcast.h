@@ -1,5 +1,5 @@
 #pragma once
-// Every rank runs the same forward, rank 0 alone decides it (docs/parallel.md §8): rank 0 owns the
+// Every rank runs the same forward, rank 0 alone decides it (docs/parallel.md §7): rank 0 owns the
 // scheduler, the block and state pools (the one global cache manager: block ids, reference counts,
 // prefix hashes) and the sampler, and before each forward it broadcasts the step description (token
 // ids, positions, slots, each sequence's block table and state slot, the logits rows) with the
