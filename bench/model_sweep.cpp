@@ -13,6 +13,7 @@
 #include "dayzero/formats/act_quant.h"
 #include "dayzero/formats/codecs.h"
 #include "dayzero/kernels/paged_cache.h"
+#include "dayzero/model/step_broadcast.h"
 
 namespace dz::bench {
 namespace {
@@ -108,7 +109,9 @@ Result<BenchModel> load_synthetic_bench_model(const std::string& config_path) {
 BenchModel wrap_checkpoint_model(std::string name, std::unique_ptr<model::CausalLm> model) {
   BenchModel m;
   m.name = std::move(name);
-  m.hybrid = dynamic_cast<model::HybridModel*>(model.get());
+  // Under a plan the model is rank 0's StepLeader: its shard says what the layers are.
+  auto* leader = dynamic_cast<model::StepLeader*>(model.get());
+  m.hybrid = dynamic_cast<model::HybridModel*>(leader != nullptr ? &leader->shard() : model.get());
   m.model = std::move(model);
   return m;
 }
@@ -249,9 +252,8 @@ int64_t count_filled_positions(std::span<const model::LayerCacheSpec> specs, mod
   return -1;
 }
 
-double cache_bytes_read_per_token(const model::CausalLm& model,
+double cache_bytes_read_per_token(const model::HybridModel* hybrid,
                                   std::span<const model::LayerCacheSpec> specs, int64_t visible) {
-  const auto* hybrid = dynamic_cast<const model::HybridModel*>(&model);
   double bytes = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
     // Layers outside the stack (an MTP head) do not run in forward().
@@ -325,7 +327,7 @@ Result<std::vector<DecodeRow>> run_decode(BenchModel& m, const DecodeOptions& op
         bb.add(tokens[i], tables[i], bs, pos[i], pos[i] + 1,
                recurrent ? static_cast<int32_t>(s) : -1);
         ++pos[i];
-        cache_bytes += cache_bytes_read_per_token(lm, specs, pos[i]);
+        cache_bytes += cache_bytes_read_per_token(m.hybrid, specs, pos[i]);
       }
       const model::ForwardBatch& batch = bb.finish();
       logits.resize(bb.rows.size() * static_cast<size_t>(vocab));

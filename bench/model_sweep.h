@@ -30,10 +30,9 @@
 #include <string_view>
 #include <vector>
 
-#include "dayzero/dist/comm.h"
-
 #include "dayzero/core/parallel.h"
 #include "dayzero/core/status.h"
+#include "dayzero/dist/comm.h"
 #include "dayzero/model/causal_lm.h"
 #include "dayzero/model/forward_batch.h"
 #include "dayzero/model/hybrid_model.h"
@@ -123,7 +122,7 @@ void fill_context(const ExecContext& ctx, std::span<const model::LayerCacheSpec>
 int64_t count_filled_positions(std::span<const model::LayerCacheSpec> specs, model::KvCache& cache,
                                std::span<const int32_t> block_table, int64_t num_tokens);
 
-double cache_bytes_read_per_token(const model::CausalLm& model,
+double cache_bytes_read_per_token(const model::HybridModel* hybrid,
                                   std::span<const model::LayerCacheSpec> specs, int64_t visible);
 
 struct DecodeOptions {

@@ -25,6 +25,10 @@ class StepLeader final : public CausalLm {
   // Tells the other ranks to stop following (they return from follow_steps).
   ~StepLeader() override;
 
+  // This rank's shard, for reading its configuration (running it directly would leave the other
+  // ranks behind).
+  CausalLm& shard() { return *model_; }
+
   int64_t vocab_size() const override { return model_->vocab_size(); }
   int64_t hidden_size() const override { return model_->hidden_size(); }
   std::vector<LayerCacheSpec> cache_layers() const override { return model_->cache_layers(); }
