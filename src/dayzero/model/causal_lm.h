@@ -58,6 +58,10 @@ class CausalLm {
                              std::span<const int64_t> logits_rows, float* out_logits,
                              TapSink* taps);
 
+  // What a model over several ranks exchanged so far, by layer and collective (rank 0's view);
+  // null in one process.
+  virtual const dist::CommStats* comm_stats() const { return nullptr; }
+
   // The engine made `cache` for this model: a model over several ranks makes one of the same
   // geometry on every rank now rather than at the first step (which would then wait for it).
   virtual void cache_created(KvCache& cache) { (void)cache; }

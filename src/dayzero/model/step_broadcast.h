@@ -33,6 +33,7 @@ class StepLeader final : public CausalLm {
   int64_t hidden_size() const override { return model_->hidden_size(); }
   std::vector<LayerCacheSpec> cache_layers() const override { return model_->cache_layers(); }
   bool has_mtp() const override { return model_->has_mtp(); }
+  const dist::CommStats* comm_stats() const override { return &comm_.stats(); }
 
   Status forward(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
                  std::span<const int64_t> logits_rows, float* out_logits, TapSink* taps) override;

@@ -620,6 +620,7 @@ EngineMetrics EngineCore::metrics() const {
     m.live_tokens += r->num_computed_tokens;
     m.allocated_slots += static_cast<int64_t>(r->cache.block_table.size()) * config_.block_size;
   }
+  if (const dist::CommStats* comm = impl_->model->comm_stats()) m.comm = comm->by_key();
   return m;
 }
 

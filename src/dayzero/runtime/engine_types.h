@@ -6,11 +6,13 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "dayzero/core/status.h"
+#include "dayzero/dist/comm.h"
 #include "dayzero/runtime/sampler.h"
 #include "dayzero/runtime/stop_strings.h"
 
@@ -102,6 +104,9 @@ struct EngineMetrics {
   int64_t num_steps = 0;
   int64_t live_tokens = 0;      // tokens held in the cache by running requests
   int64_t allocated_slots = 0;  // blocks held by running requests × block_size
+  // A multi-rank model's traffic so far (rank 0's, by layer and collective; the step
+  // descriptions under dist::kStepLayer); empty in one process.
+  std::map<dist::CommKey, dist::CommCounts> comm;
 };
 
 }  // namespace dz::runtime

@@ -79,6 +79,23 @@ void ServerMetrics::update_engine(const runtime::EngineMetrics& m) {
       .counter("prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
                l)
       .advance_to(static_cast<double>(m.prefix_hit_tokens));
+  // Multi-rank traffic (docs/parallel.md §2): rank 0's bytes by layer and collective.
+  for (const auto& [key, counts] : m.comm) {
+    MetricLabels lk = l;
+    lk.emplace_back(
+        "layer", key.layer == dist::kStepLayer ? std::string("step") : std::to_string(key.layer));
+    lk.emplace_back("op", std::string(dist::comm_op_name(key.op)));
+    registry_
+        .counter("dist_bytes_received_total",
+                 "Bytes rank 0 received from other ranks, by layer (-1: embedding and head; "
+                 "step: step descriptions) and collective.",
+                 lk)
+        .advance_to(static_cast<double>(counts.bytes_received));
+    registry_.counter("dist_bytes_sent_total", "Bytes rank 0 sent to other ranks, as received.", lk)
+        .advance_to(static_cast<double>(counts.bytes_sent));
+    registry_.counter("dist_collectives_total", "Collective calls of rank 0, as received.", lk)
+        .advance_to(static_cast<double>(counts.calls));
+  }
 }
 
 void ServerMetrics::on_output(RequestTimer& timer, const runtime::RequestOutput& output,
