@@ -116,12 +116,7 @@ void add_common_options(CLI::App& command, CommonArgs& args) {
                    "measure the limits on a 16 MiB buffer and a 256x1024x1024 GEMM for 0.01 s "
                    "(for tests: the fractions are then not against the machine's limits)");
   command.add_option("--seed", args.seed, "random tokens and context")->capture_default_str();
-  command.add_option("--tp", args.tp, "with --model: tensor-parallel ranks (under mpirun)")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
-  command.add_option("--ep", args.ep, "with --model: expert-parallel groups (under mpirun)")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
+  add_parallel_options(command, args.tp, args.ep);  // with --model
 }
 
 int threads_of(const CommonArgs& args) {

@@ -108,13 +108,17 @@ void add_model_options(CLI::App& command, ModelArgs& args, bool model_has_defaul
       ->capture_default_str();
 }
 
+void add_parallel_options(CLI::App& command, int& tp, int& ep) {
+  command.add_option("--tp", tp, "tensor-parallel ranks (under mpirun)")
+      ->check(integer_at_least(1))
+      ->capture_default_str();
+  command.add_option("--ep", ep, "expert-parallel groups (under mpirun)")
+      ->check(integer_at_least(1))
+      ->capture_default_str();
+}
+
 void add_parallel_options(CLI::App& command, ModelArgs& args) {
-  command.add_option("--tp", args.tp, "tensor-parallel ranks (under mpirun)")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
-  command.add_option("--ep", args.ep, "expert-parallel groups (under mpirun)")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
+  add_parallel_options(command, args.tp, args.ep);
 }
 
 dist::Comm* plan_comm() {

@@ -30,6 +30,7 @@ void add_model_options(CLI::App& command, ModelArgs& args, bool model_has_defaul
 
 // --tp and --ep, for the commands that run a model over several ranks.
 void add_parallel_options(CLI::App& command, ModelArgs& args);
+void add_parallel_options(CLI::App& command, int& tp, int& ep);
 // "rank 0 of 2: 41 collectives, 1234 bytes received, 1234 sent; step descriptions: 9
 // broadcasts": the model's traffic over the plan's ranks so far, then rank 0's step messages;
 // "" in one process.
