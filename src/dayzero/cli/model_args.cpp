@@ -25,6 +25,10 @@ Ranks& ranks() {
   return state;
 }
 
+model::ParallelPlan plan_of(const ModelArgs& args) {
+  return {.tp = args.tp, .ep = args.ep};
+}
+
 // How long a rank waits in one collective before it names the operation and ends the job.
 constexpr double kCollectiveTimeoutSeconds = 120.0;
 
@@ -139,7 +143,7 @@ std::string traffic_summary() {
 }
 
 Result<int> plan_rank(const ModelArgs& args) {
-  const model::ParallelPlan plan{.tp = args.tp, .ep = args.ep};
+  const model::ParallelPlan plan = plan_of(args);
   if (plan.world_size() == 1) return 0;
   DZ_ASSIGN_OR_RETURN(dist::Comm * comm, start_ranks(plan));
   return comm->rank();
@@ -154,7 +158,7 @@ Result<std::unique_ptr<model::CausalLm>> load_model(const ModelArgs& args) {
   model::ModelOptions options;
   if (args.kv_cache_dtype == "bf16") options.kv_cache_dtype = kernels::KvCacheDtype::kBf16;
   if (args.kv_cache_dtype == "fp8") options.kv_cache_dtype = kernels::KvCacheDtype::kFp8;
-  options.plan = {.tp = args.tp, .ep = args.ep};
+  options.plan = plan_of(args);
   if (options.plan.world_size() == 1) return model::load_causal_lm(args.model_dir, options);
   DZ_ASSIGN_OR_RETURN(options.comm, start_ranks(options.plan));
   options.rank = options.comm->rank();

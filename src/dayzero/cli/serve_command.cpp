@@ -70,7 +70,7 @@ Status run(const ServeArgs& args) {
   // ignore the signals, which mpirun passes to every rank).
   DZ_ASSIGN_OR_RETURN(const int rank, plan_rank(args.model));
   if (rank != 0) return load_model(args.model).status();
-  if (args.model.tp * args.model.ep > 1)
+  if (plan_comm() != nullptr)
     spdlog::info(
         "dayzero serve: rank 0 is pid {}: SIGTERM it to drain and stop every rank "
         "(SIGTERM to mpirun ends every rank at once)",
