@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# `mpirun -np N dayzero logits --tp N` against the single process (docs/parallel.md): every
+# `mpirun -np N dayzero logits --tp T --ep E` against the single process (docs/parallel.md): every
 # architecture (tiny DeepSeek-V3.2: MLA heads, the replicated DSA indexer, dense MLP and MoE;
 # Kimi-Linear: KDA heads and their states; Kimi-K3: latent MoE, AttnRes, gated MLA; the demo model,
-# dayzero_hybrid) at TP 2 and TP 4 (4 ranks oversubscribe 2 cores), full prefill, chunked prefill
+# dayzero_hybrid) at TP 2, TP 4, EP 2 and TP 2 x EP 2 (4 ranks oversubscribe 2 cores), full prefill, chunked prefill
 # and decode, within the model-level tolerance; the bytes each rank received equal the all-reduce
 # and gather formulas; generate and perplexity agree with one process; impossible plans fail on
 # every rank with a message, never a hang.
@@ -46,12 +46,13 @@ run_paths() {  # run_paths MODEL_DIR VOCAB: every path at TP 2 and 4 against one
     # shellcheck disable=SC2086
     "$dayzero" --log-level warn logits --model "$model" --token-ids "$ids" --threads 1 $path \
       --output "$work/one.npy"
-    for tp in 2 4; do
+    for plan in "2 --tp 2" "4 --tp 4" "2 --ep 2" "4 --tp 2 --ep 2"; do
+      local ranks=${plan%% *} flags=${plan#* }
       # shellcheck disable=SC2086
-      "${mpirun[@]}" -np $tp "$dayzero" logits --model "$model" --token-ids "$ids" --threads 1 \
-        --tp $tp $path --output "$work/tp$tp.npy" 2>"$work/tp$tp.log" || { cat "$work/tp$tp.log"; fail "tp $tp"; }
-      echo " tp $tp:"
-      compare "$work/one.npy" "$work/tp$tp.npy"
+      "${mpirun[@]}" -np $ranks "$dayzero" logits --model "$model" --token-ids "$ids" --threads 1 \
+        $flags $path --output "$work/plan.npy" 2>"$work/plan.log" || { cat "$work/plan.log"; fail "$flags"; }
+      echo " $flags:"
+      compare "$work/one.npy" "$work/plan.npy"
     done
   done
 }
@@ -59,6 +60,21 @@ run_paths "$work/deepseek_v32" 512
 run_paths "$work/kimi_linear" 512
 run_paths "$work/kimi_k3" 512
 run_paths "$DZ_SOURCE_DIR/models/demo" 4096
+
+# DeepSeek's MTP layer under every plan (its embedding and head copies split by vocabulary, its
+# MoE layer's tokens exchanged at --ep > 1), on chunked prefill then decode.
+ids=$("$python" -c "import random; r = random.Random(5); print(','.join(str(r.randrange(512)) for _ in range(40)))")
+mtp_path=(--decode-from 17 --prefill-chunk 5)
+"$dayzero" --log-level warn logits --model "$work/deepseek_v32" --token-ids "$ids" --threads 1 \
+  "${mtp_path[@]}" --output "$work/one.npy" --mtp-output "$work/one_mtp.npy"
+for plan in "2 --tp 2" "4 --tp 4" "2 --ep 2" "4 --tp 2 --ep 2"; do
+  # shellcheck disable=SC2086
+  "${mpirun[@]}" -np "${plan%% *}" "$dayzero" logits --model "$work/deepseek_v32" --token-ids "$ids" \
+    --threads 1 ${plan#* } "${mtp_path[@]}" --output "$work/plan.npy" --mtp-output "$work/plan_mtp.npy" \
+    2>"$work/plan.log" || { cat "$work/plan.log"; fail "mtp ${plan#* }"; }
+  echo "deepseek_v32 MTP head, ${plan#* }:"
+  compare "$work/one_mtp.npy" "$work/plan_mtp.npy"
+done
 
 # Bytes on the wire, full prefill of T = 40 tokens (one step): h = 256, 4 layers. Each rank
 # receives 2 (N-1)/N T h 4 per all-reduce (embedding, then after o_proj and after the FFN of each
@@ -72,6 +88,27 @@ for rank in 0 1; do
     fail "rank $rank traffic: $(grep 'rank ' "$work/bytes.log"), expected 10 collectives, $expected bytes"
 done
 echo "traffic: $expected bytes per rank, as the formulas say"
+# At tp 2 x ep 2 the one sequence runs in the first TP group (ranks 0, 1): their all-reduces and
+# gather are those of tp 2; the MoE layers add three all-to-alls each (counts, dispatch, combine;
+# their bytes depend on the routing and are held to the record format by
+# model.moe_expert_parallel). The second group (ranks 2, 3) has no tokens: only all-to-alls.
+moe_layers=$("$python" -c "import json; c = json.load(open('$work/deepseek_v32/config.json')); print(c['num_hidden_layers'] - c['first_k_dense_replace'])")
+"${mpirun[@]}" -np 4 "$dayzero" logits --model "$work/deepseek_v32" --token-ids "$ids" --threads 1 --tp 2 \
+  --ep 2 --output "$work/bytes.npy" 2>"$work/bytes.log"
+"$python" - "$work/bytes.log" "$expected" "$moe_layers" <<'PY'
+import re, sys
+log, expected, moe_layers = open(sys.argv[1]).read(), int(sys.argv[2]), int(sys.argv[3])
+for rank in range(4):
+    m = re.search(rf"rank {rank} of 4: (\d+) collectives, \d+ bytes received, \d+ sent \(received: ([^)]*)\)", log)
+    assert m, f"rank {rank}: no traffic line in {log}"
+    by_op = {k: int(v) for k, v in (item.split() for item in m.group(2).split(", "))}
+    tp_bytes = by_op.get("all_reduce", 0) + by_op.get("all_gather", 0)
+    assert tp_bytes == (expected if rank < 2 else 0), (rank, by_op, expected)
+    assert by_op["all_to_all"] > 0, (rank, by_op)
+    calls = int(m.group(1)) - (10 if rank < 2 else 0)
+    assert calls == 3 * moe_layers, (rank, m.group(0), moe_layers)
+print(f"tp 2 x ep 2: the first group's TP traffic is tp 2's ({expected} B), every rank 3 all-to-alls per MoE layer")
+PY
 # The same for every architecture, against `dayzero analyze`'s prefill lines (T = 40 tokens, all
 # 40 logit rows asked for, where analyze counts one): rank 0's bytes.
 for model in "$work/deepseek_v32" "$work/kimi_linear" "$work/kimi_k3" "$DZ_SOURCE_DIR/models/demo"; do
@@ -117,8 +154,11 @@ assert abs(two - one) < 1e-3 * one, "perplexity differs"
 PY
 
 # Prefix-cache hits and recurrent-state checkpoints (saved and restored by copies): the
-# cache edits rank 0's cache manager makes between steps, repeated on every rank's cache. Four
-# prompts sharing prefixes, one at a time (each hits the blocks of the ones before it).
+# cache edits rank 0's cache manager makes between steps, repeated on every rank's cache. Prompts
+# a and b run together, then one that shares b's first 40 tokens with one that shares a's first 45
+# (each hits the blocks of its own forerunner). At --ep 2 a and b run in different data-parallel
+# groups, and each later prompt must run in its forerunner's group, where the blocks it hits
+# were written (the third prompt would go to the first group if groups were simply taken in turn).
 "$python" -m dayzero_ref.make_tiny deepseek_v32 "$work/v32-plain" --seed 3 --plain >/dev/null
 for model in "$work/v32-plain" "$demo"; do
   vocab=$("$python" -c "import json; print(json.load(open('$model/config.json'))['vocab_size'])")
@@ -126,19 +166,25 @@ for model in "$work/v32-plain" "$demo"; do
 import json, random, sys
 r, vocab = random.Random(7), int(sys.argv[2])
 a = [r.randrange(vocab) for _ in range(50)]
-prompts = [a, a[:40] + [r.randrange(vocab) for _ in range(9)], a[:45] + [r.randrange(vocab) for _ in range(7)], a]
+b = [r.randrange(vocab) for _ in range(50)]
+prompts = [a, b, b[:40] + [r.randrange(vocab) for _ in range(9)], a[:45] + [r.randrange(vocab) for _ in range(7)]]
 with open(sys.argv[1], "w") as f:
     for p in prompts:
         f.write(json.dumps({"prompt_token_ids": p, "max_tokens": 6, "temperature": 0}) + "\n")
 PY
-  flags=(generate --model "$model" --prompts-file "$work/prompts.jsonl" --max-num-seqs 1
+  flags=(generate --model "$model" --prompts-file "$work/prompts.jsonl" --max-num-seqs 2
          --block-size 16 --state-checkpoint-interval 16 --threads 1)
   "$dayzero" --log-level warn "${flags[@]}" --dump-logits "$work/pfx1" >/dev/null
-  "${mpirun[@]}" -np 2 "$dayzero" "${flags[@]}" --tp 2 --dump-logits "$work/pfx2" >/dev/null 2>"$work/pfx.log"
-  grep -q "prefix cache hit rate [1-9]" "$work/pfx.log" || fail "no prefix-cache hit: $(cat "$work/pfx.log")"
-  echo "$(basename "$model"), prefix-cache hits at tp 2:"
-  for i in 0 1 2 3; do compare "$work/pfx1/$i.npy" "$work/pfx2/$i.npy"; done
-  rm -rf "$work/pfx1" "$work/pfx2"
+  for plan in "2 --tp 2" "4 --tp 2 --ep 2"; do
+    ranks=${plan%% *}
+    # shellcheck disable=SC2086
+    "${mpirun[@]}" -np "$ranks" "$dayzero" "${flags[@]}" ${plan#* } --dump-logits "$work/pfx2" >/dev/null 2>"$work/pfx.log"
+    grep -q "prefix cache hit rate [1-9]" "$work/pfx.log" || fail "no prefix-cache hit: $(cat "$work/pfx.log")"
+    echo "$(basename "$model"), prefix-cache hits at ${plan#* }:"
+    for i in 0 1 2 3; do compare "$work/pfx1/$i.npy" "$work/pfx2/$i.npy"; done
+    rm -rf "$work/pfx2"
+  done
+  rm -rf "$work/pfx1"
 done
 
 # Impossible or unsupported plans: a clear error from every rank, and mpirun returns.
@@ -155,7 +201,7 @@ expect_failure() {  # expect_failure PATTERN RANKS ARGS...
 }
 expect_failure "num_attention_heads \(MLA heads\) 4 is not divisible by --tp 3" 3 --model "$work/deepseek_v32" --tp 3
 expect_failure "plan tp=2 ep=1 cp=1 \(2 ranks\) needs 2 ranks, mpirun started 4" 4 --model "$work/deepseek_v32" --tp 2
-expect_failure "the forward splits by --tp only so far" 2 --model "$work/kimi_linear" --ep 2
+expect_failure "the 8 routed experts do not divide over tp x ep = 3 ranks" 3 --model "$work/kimi_linear" --ep 3
 # A rank that cannot load its shard (here rank 1's checkpoint folder is missing): it says why, the
 # others name it, and the job ends at once instead of waiting for a collective's deadline.
 cp -r "$work/deepseek_v32" "$work/shard0"

@@ -13,9 +13,12 @@ from cli_support import DAYZERO
 from serve_process import ServeProcess
 
 
-# DZ_SERVE_TP=N runs every server of the suite as `mpirun -np N dayzero serve --tp N` (one thread
-# per rank): the server test suite under tensor parallelism (docs/parallel.md §7).
+# DZ_SERVE_TP=T (and DZ_SERVE_EP=E) runs every server of the suite as
+# `mpirun -np T*E dayzero serve --tp T --ep E` (one thread per rank): the server test suite under
+# tensor and expert parallelism (docs/parallel.md §7).
 SERVE_TP = int(os.environ.get("DZ_SERVE_TP", "1"))
+SERVE_EP = int(os.environ.get("DZ_SERVE_EP", "1"))
+SERVE_RANKS = SERVE_TP * SERVE_EP
 MPIRUN = ("mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader")
 
 
@@ -26,16 +29,16 @@ class ServerProcess(ServeProcess):
         log_fd, log_path = tempfile.mkstemp(prefix="dz-serve-", suffix=".log")
         os.close(log_fd)
         launch, plan, env = [], [], None
-        if SERVE_TP > 1:
-            launch = [*MPIRUN, "-np", SERVE_TP]
-            plan = ["--tp", SERVE_TP]
+        if SERVE_RANKS > 1:
+            launch = [*MPIRUN, "-np", str(SERVE_RANKS)]
+            plan = ["--tp", str(SERVE_TP), "--ep", str(SERVE_EP)]
             env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                        OMPI_MCA_rmaps_base_oversubscribe="1")
         super().__init__([*launch, DAYZERO, "serve", "--model", model_dir, "--port", "0",
                           "--threads", "1", *plan, *flags], log_path, ready_timeout, env=env)
 
     def stop(self, timeout=10.0):
-        if SERVE_TP > 1 and self.proc.poll() is None:
+        if SERVE_RANKS > 1 and self.proc.poll() is None:
             # mpirun ends every rank at once on SIGTERM; rank 0 drains and then stops the others.
             os.kill(rank0_pid(self.proc.pid), signal.SIGTERM)
             try:

@@ -1,10 +1,11 @@
-"""n > 1 choices under tensor parallelism against one process (docs/parallel.md §7).
+"""n > 1 choices under tensor and expert parallelism against one process (docs/parallel.md §7).
 
 A request with n = 3 computes its prompt once; the other choices fork from it: the prompt's full
 blocks are shared, its partial last block and the recurrent state are copied. Under a plan those
 copies are cache edits rank 0 makes between steps and every other rank must repeat. The demo model
-(KDA and MLA layers) is served by one process and by `mpirun -np 2 dayzero serve --tp 2`; a greedy
-completion with n = 3 must give, for every choice, the tokens and top-5 logprobs of one process.
+(KDA and MLA layers) is served by one process, by `mpirun -np 2 dayzero serve --tp 2` and by
+`mpirun -np 4 dayzero serve --tp 2 --ep 2`; a greedy completion with n = 3 must give, for every
+choice, the tokens and top-5 logprobs of one process.
 
 Tolerance (docs/models.md §8.1): TP changes only the order of FP32 sums, so the logprobs of a token
 agree to 2e-2 nats (measured: below 5e-3); the greedy tokens are compared up to the first position
@@ -27,8 +28,8 @@ PROMPT = ("The old lighthouse keeper climbed the stairs every evening, and the s
           "far out at sea never knew his name, but they")
 REQUEST = {"model": "demo", "prompt": PROMPT, "max_tokens": 8, "n": 3, "temperature": 0,
            "logprobs": 5}
-FLAGS = ["--model", DEMO, "--port", "0", "--threads", "1", "--block-size", "16",
-         "--max-model-len", "256", "--num-blocks", "64"]
+FLAGS = ["--model", DEMO, "--port", "0", "--threads", "1", "--max-model-len", "256",
+         "--num-blocks", "64"]
 
 
 def complete(proc):
@@ -51,27 +52,33 @@ def serve(argv, env=None):
     return ServeProcess(argv, log_path, ready_timeout=60.0, env=env)
 
 
-class ForkUnderTensorParallelism(unittest.TestCase):
-    def test_n_choices_match_one_process(self):
+def serve_mpirun(ranks, flags, plan):
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMP_NUM_THREADS="1")
+    return serve([*MPIRUN, "-np", str(ranks), DAYZERO, "serve", *flags, *plan],
+                 env=env)
+
+
+class ForkUnderParallelism(unittest.TestCase):
+    def check_against_one_process(self, ranks, plan, block_size):
         skip_unless_built()
-        one = serve([DAYZERO, "serve", *FLAGS])
+        flags = [*FLAGS, "--block-size", str(block_size)]
+        one = serve([DAYZERO, "serve", *flags])
         try:
             want = complete(one)
         finally:
             self.assertEqual(one.stop(), 0)
-        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                   OMP_NUM_THREADS="1")
-        two = serve([*MPIRUN, "-np", "2", DAYZERO, "serve", *FLAGS, "--tp", "2"], env=env)
+        many = serve_mpirun(ranks, flags, plan)
         try:
-            got = complete(two)
+            got = complete(many)
         finally:
-            if two.proc.poll() is None:
-                os.kill(rank0_pid(two.proc.pid), 15)
-                two.proc.wait(timeout=20)
-            log = two.log_text()
-            two.stop()
-        self.assertIn("rank 1 of 2", log)
-        self.assertNotEqual(want["usage"]["prompt_tokens"] % 16, 0, "no partial block to copy")
+            if many.proc.poll() is None:
+                os.kill(rank0_pid(many.proc.pid), 15)
+                many.proc.wait(timeout=20)
+            log = many.log_text()
+            many.stop()
+        self.assertIn(f"rank {ranks - 1} of {ranks}", log)
+        self.assertNotEqual(want["usage"]["prompt_tokens"] % block_size, 0, "no partial block")
         worst = 0.0
         for w, g in zip(want["choices"], got["choices"], strict=True):
             wl, gl = w["logprobs"], g["logprobs"]
@@ -85,8 +92,16 @@ class ForkUnderTensorParallelism(unittest.TestCase):
                                                msg=f"choice {w['index']} position {i} {token!r}")
                 if ranked[0] - ranked[1] < 0.1:
                     break  # a near-tie: the continuations may differ from here on
-        print(f"n = 3 under --tp 2: every choice's tokens as one process's, logprobs within "
-              f"{worst:.1e}")
+        print(f"n = 3 under {' '.join(plan)}: every choice's tokens as one process's, logprobs "
+              f"within {worst:.1e}")
+
+    def test_n_choices_under_tensor_parallelism(self):
+        self.check_against_one_process(2, ["--tp", "2"], 16)
+
+    def test_n_choices_under_expert_parallelism(self):
+        # 64-token blocks: the whole prompt is one partial block, so each fork's copy of it is its
+        # first block, and the fork must stay in the data-parallel group that wrote the original.
+        self.check_against_one_process(4, ["--tp", "2", "--ep", "2"], 64)
 
 
 if __name__ == "__main__":

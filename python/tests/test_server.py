@@ -23,7 +23,7 @@ import unittest
 
 from cli_support import SOURCE_DIR, run_dayzero, skip_or_fail, skip_unless_built
 from dayzero_ref import make_tiny
-from server_support import SERVE_TP, ServerProcess, metric, read_head, sse_events
+from server_support import SERVE_EP, SERVE_RANKS, ServerProcess, metric, read_head, sse_events
 
 NPM_DIR = os.path.join(SOURCE_DIR, "tests", "npm")
 ENGINE_FLAGS = ("--max-model-len", 256, "--block-size", 16, "--num-blocks", 129,
@@ -232,17 +232,25 @@ class ServerTest(unittest.TestCase):
                                 - metric(before, "vllm:generation_tokens_total"), 5)
         self.assertIn('model_name="deepseek_v32-tiny"', " ".join(after))
         dist = [k for k in after if k.startswith("vllm:dist_")]
-        if SERVE_TP == 1:
+        if SERVE_RANKS == 1:
             self.assertEqual(dist, [])
             return
         # Under --tp 2: layer 0's two all-reduces (attention, FFN) of [T, 256] FP32 per step, where
         # rank 0 receives 4 * 256 * T bytes each (docs/parallel.md §3), over every computed token.
+        # Under --ep 2 as well the request ran in one of the two data-parallel groups: rank 0 took
+        # part in its all-reduces only if it ran in rank 0's group; every rank took part in the
+        # MoE layers' all-to-alls (layer 1 of the tiny DeepSeek is one) of every step.
         def delta(name, **labels):
             return metric(after, name, **labels) - metric(before, name, **labels)
         computed = (delta("vllm:prompt_tokens_total") - delta("vllm:prefix_cache_hits_total")
                     + delta("vllm:generation_tokens_total") - 1)
-        self.assertEqual(delta("vllm:dist_bytes_received_total", layer="0", op="all_reduce"),
-                         2 * 4 * 256 * computed, dist)
+        reduced = delta("vllm:dist_bytes_received_total", layer="0", op="all_reduce")
+        if SERVE_EP == 1:
+            self.assertEqual(reduced, 2 * 4 * 256 * computed, dist)
+        else:
+            self.assertIn(reduced, (0, 2 * 4 * 256 * computed), dist)
+            self.assertGreater(delta("vllm:dist_bytes_received_total", layer="1", op="all_to_all"),
+                               0, dist)
         self.assertGreaterEqual(delta("vllm:dist_collectives_total", layer="step", op="broadcast"),
                                 2 * 5)
 

@@ -9,6 +9,10 @@
    b) one tap of an otherwise correct reference dump is perturbed by 3 %: exactly that operator
       comparison fails, the others still pass.
 3. Bad input (a missing or torch-less interpreter) is a clear error.
+4. Under a parallel plan (`mpirun -np N dayzero verify --tp T --ep E`, docs/parallel.md §5) every rank
+   runs the comparisons on its shard and rank 0 prints each row's worst rank: the tiny DeepSeek and
+   Kimi-Linear (KDA heads split, each rank comparing its own heads) pass at TP 2, EP 2 and
+   TP 2 x EP 2, and a tap perturbed only in rank 1's heads fails exactly there.
 """
 
 import os
@@ -21,6 +25,11 @@ import numpy as np
 
 from cli_support import DAYZERO, PYTHON, skip_unless_built
 from dayzero_ref import make_tiny, verify_dump
+from server_support import MPIRUN
+
+PLANS = ((2, ("--tp", "2")), (2, ("--ep", "2")), (4, ("--tp", "2", "--ep", "2")))
+MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMP_NUM_THREADS="1")
 
 
 
@@ -112,6 +121,59 @@ class VerifyCli(unittest.TestCase):
                               capture_output=True, text=True, timeout=120, check=False)
         self.assertEqual(proc.returncode, 1)
         self.assertIn("the PyTorch reference needs torch and numpy", proc.stderr)
+
+
+class VerifyUnderPlans(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        skip_unless_built()
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.models = {}
+        for arch in ("deepseek_v32", "kimi_linear"):
+            cls.models[arch] = os.path.join(cls.tmp.name, arch)
+            make_tiny.make_tiny(arch, cls.models[arch], seed=0)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def verify(self, arch, ranks, plan, *extra):
+        return subprocess.run([*MPIRUN, "-np", str(ranks), "-x", "OMP_NUM_THREADS", DAYZERO,
+                               "--log-level", "warn", "verify", "--model", self.models[arch],
+                               "--threads", "1", "--python", PYTHON, *plan, *extra],
+                              capture_output=True, text=True, timeout=300, check=False,
+                              env=MPI_ENV)
+
+    def test_passes_under_every_plan(self):
+        for arch in self.models:
+            one = subprocess.run([DAYZERO, "verify", "--model", self.models[arch], "--threads", "1",
+                                  "--python", PYTHON], capture_output=True, text=True, timeout=300,
+                                 check=False)
+            self.assertEqual(one.returncode, 0, one.stdout + one.stderr)
+            want = [r[:4] for r in rows_of(one.stdout)]
+            for ranks, plan in PLANS:
+                with self.subTest(arch=arch, plan=plan):
+                    proc = self.verify(arch, ranks, plan)
+                    self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+                    self.assertIn("worst rank of each row", proc.stdout)
+                    rows = rows_of(proc.stdout)
+                    self.assertEqual([r[:4] for r in rows], want, "the same comparisons")
+                    self.assertTrue(all(r[4] == "PASS" for r in rows), proc.stdout)
+
+    def test_a_tap_wrong_in_one_ranks_heads_fails(self):
+        dump = os.path.join(self.tmp.name, "kimi-dump")
+        shutil.rmtree(dump, ignore_errors=True)
+        verify_dump.dump(self.models["kimi_linear"], dump, verify_dump.test_prompts.PROMPTS[17],
+                         "bf16")
+        name = os.path.join(dump, verify_dump.tap_file_name(0, "kda_q"))
+        q = np.load(name)
+        q[:, q.shape[1] // 2:] *= np.float32(1.03)  # the heads rank 1 holds at --tp 2
+        np.save(name, q)
+        proc = self.verify("kimi_linear", 2, ("--tp", "2"), "--kv-cache-dtype", "bf16",
+                           "--reference-dump", dump)
+        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        failed = [r for r in rows_of(proc.stdout) if r[4] == "FAIL"]
+        self.assertEqual(failed, [("operator", "0", "kda_q", "rel_rms", "FAIL")], proc.stdout)
 
 
 if __name__ == "__main__":

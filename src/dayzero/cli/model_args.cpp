@@ -1,6 +1,7 @@
 #include "dayzero/cli/model_args.h"
 
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -19,6 +20,7 @@ namespace {
 struct Ranks {
   std::unique_ptr<dist::MpiSession> session;
   std::unique_ptr<dist::MpiComm> world;
+  std::unique_ptr<dist::MpiComm> tp_group;  // this rank's TP group when ep > 1 (else the world)
 };
 Ranks& ranks() {
   static Ranks state;
@@ -135,11 +137,17 @@ std::string traffic_summary() {
   const dist::CommStats& stats = state.world->stats();
   const dist::CommCounts steps = stats.for_layer(dist::kStepLayer);
   const dist::CommCounts model = stats.total();
+  std::map<dist::CommOp, int64_t> received;  // the model's, by collective
+  for (const auto& [key, counts] : stats.by_key())
+    if (key.layer != dist::kStepLayer) received[key.op] += counts.bytes_received;
+  std::string by_op;
+  for (const auto& [op, bytes] : received)
+    by_op += fmt::format("{}{} {}", by_op.empty() ? "" : ", ", dist::comm_op_name(op), bytes);
   return fmt::format(
-      "rank {} of {}: {} collectives, {} bytes received, {} sent; step descriptions: {} "
-      "broadcasts",
+      "rank {} of {}: {} collectives, {} bytes received, {} sent (received: {}); step messages: "
+      "{} collectives",
       state.world->rank(), state.world->size(), model.calls, model.bytes_received, model.bytes_sent,
-      steps.calls);
+      by_op.empty() ? "none" : by_op, steps.calls);
 }
 
 Result<int> plan_rank(const ModelArgs& args) {
@@ -154,7 +162,7 @@ ExecContext exec_context(const ModelArgs& args) {
                          args.num_threads > 0 ? args.num_threads : default_num_threads()};
 }
 
-Result<std::unique_ptr<model::CausalLm>> load_model(const ModelArgs& args) {
+Result<std::unique_ptr<model::CausalLm>> load_shard(const ModelArgs& args) {
   model::ModelOptions options;
   if (args.kv_cache_dtype == "bf16") options.kv_cache_dtype = kernels::KvCacheDtype::kBf16;
   if (args.kv_cache_dtype == "fp8") options.kv_cache_dtype = kernels::KvCacheDtype::kFp8;
@@ -162,13 +170,26 @@ Result<std::unique_ptr<model::CausalLm>> load_model(const ModelArgs& args) {
   if (options.plan.world_size() == 1) return model::load_causal_lm(args.model_dir, options);
   DZ_ASSIGN_OR_RETURN(options.comm, start_ranks(options.plan));
   options.rank = options.comm->rank();
-  Result<std::unique_ptr<model::CausalLm>> loaded = model::load_causal_lm(args.model_dir, options);
-  DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::CausalLm> shard,
-                      agree_on_load(*options.comm, std::move(loaded)));
-  if (options.rank == 0)
+  options.tp_comm = options.comm;
+  if (options.plan.ep > 1) {
+    Ranks& state = ranks();
+    if (state.tp_group == nullptr)
+      state.tp_group = state.world->split(options.plan.ep_rank(options.rank),
+                                          options.plan.tp_rank(options.rank));
+    options.tp_comm = state.tp_group.get();
+  }
+  return agree_on_load(*options.comm, model::load_causal_lm(args.model_dir, options));
+}
+
+Result<std::unique_ptr<model::CausalLm>> load_model(const ModelArgs& args) {
+  DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::CausalLm> shard, load_shard(args));
+  const model::ParallelPlan plan = plan_of(args);
+  if (plan.world_size() == 1) return shard;
+  dist::Comm& comm = *plan_comm();
+  if (comm.rank() == 0)
     return std::unique_ptr<model::CausalLm>(
-        std::make_unique<model::StepLeader>(std::move(shard), *options.comm));
-  model::follow_steps(*shard, *options.comm, exec_context(args));
+        std::make_unique<model::StepLeader>(std::move(shard), comm, plan));
+  model::follow_steps(*shard, comm, exec_context(args), plan);
   spdlog::info("{}", traffic_summary());
   return std::unique_ptr<model::CausalLm>();
 }

@@ -31,9 +31,9 @@ void add_model_options(CLI::App& command, ModelArgs& args, bool model_has_defaul
 // --tp and --ep, for the commands that run a model over several ranks.
 void add_parallel_options(CLI::App& command, ModelArgs& args);
 void add_parallel_options(CLI::App& command, int& tp, int& ep);
-// "rank 0 of 2: 41 collectives, 1234 bytes received, 1234 sent; step descriptions: 9
-// broadcasts": the model's traffic over the plan's ranks so far, then rank 0's step messages;
-// "" in one process.
+// "rank 0 of 2: 41 collectives, 1234 bytes received, 1234 sent (received: all_reduce 1000,
+// all_gather 234); step messages: 9 collectives": this rank's share of the model's traffic so
+// far, then of the step messages (descriptions and gathered logits); "" in one process.
 std::string traffic_summary();
 // The communicator over the plan's ranks once a multi-rank load started it; null in one process.
 dist::Comm* plan_comm();
@@ -49,6 +49,9 @@ ExecContext exec_context(const ModelArgs& args);
 // every other rank this call follows rank 0's steps until rank 0 is done, then returns nullptr:
 // the command has nothing left to do there (docs/parallel.md §7).
 Result<std::unique_ptr<model::CausalLm>> load_model(const ModelArgs& args);
+// This rank's shard on every rank, with no leader: for a command whose every rank runs the same
+// calls in step (verify); the model alone in one process.
+Result<std::unique_ptr<model::CausalLm>> load_shard(const ModelArgs& args);
 
 // "1,2,3" → ids; refuses empty lists, non-integers and negative ids, naming the item.
 Result<std::vector<int32_t>> parse_token_ids(const std::string& list, const char* flag);

@@ -1,5 +1,6 @@
 // `dayzero verify --model DIR [--token-ids 1,2,3] [--kv-cache-dtype fp8|bf16] [--threads N]
-// [--python PATH]`: the layered comparison against the PyTorch reference (docs/models.md §8.1).
+// [--python PATH] [--tp T --ep E under mpirun]`: the layered comparison against the PyTorch
+// reference (docs/models.md §8.1), also of a model split over ranks (docs/parallel.md §5).
 // Runs python/dayzero_ref/verify_dump.py into a temporary folder, reads its taps, and prints one
 // row per comparison (operator, layer, model level); the exit status is 1 if any row fails.
 
@@ -161,6 +162,100 @@ Result<model::TapMap> read_taps(const fs::path& dir) {
   return taps;
 }
 
+// Under a plan rank 0 alone runs the reference; its token ids and taps (or its error) reach every
+// rank as one broadcast: an ok flag, the ids, then per tap its layer, name, shape and values.
+class Packer {
+ public:
+  template <typename T>
+  void put(const T& value) {
+    const auto* bytes = reinterpret_cast<const std::byte*>(&value);
+    data.insert(data.end(), bytes, bytes + sizeof(T));
+  }
+  template <typename T>
+  void put_all(std::span<const T> values) {
+    put(static_cast<int64_t>(values.size()));
+    const auto bytes = std::as_bytes(values);
+    data.insert(data.end(), bytes.begin(), bytes.end());
+  }
+  std::vector<std::byte> data;
+};
+
+class Unpacker {
+ public:
+  explicit Unpacker(std::span<const std::byte> data) : data_(data) {}
+  template <typename T>
+  T take() {
+    T value;
+    DZ_CHECK(at_ + sizeof(T) <= data_.size(), "verify: the reference message ends early");
+    std::memcpy(&value, data_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return value;
+  }
+  template <typename T>
+  std::vector<T> take_all() {
+    const auto count = static_cast<size_t>(take<int64_t>());
+    DZ_CHECK(at_ + count * sizeof(T) <= data_.size(), "verify: the reference message ends early");
+    std::vector<T> values(count);
+    std::memcpy(values.data(), data_.data() + at_, count * sizeof(T));
+    at_ += count * sizeof(T);
+    return values;
+  }
+
+ private:
+  std::span<const std::byte> data_;
+  size_t at_ = 0;
+};
+
+struct Reference {
+  std::vector<int32_t> ids;
+  model::TapMap taps;
+};
+
+Result<Reference> share_reference(dist::Comm& comm, Result<Reference> mine) {
+  Packer out;
+  if (comm.rank() == 0) {
+    out.put(static_cast<int64_t>(mine.ok()));
+    if (!mine.ok()) {
+      const std::string text = mine.status().to_string();
+      out.put_all(std::span(text.data(), text.size()));
+    } else {
+      out.put_all(std::span<const int32_t>(mine->ids));
+      out.put(static_cast<int64_t>(mine->taps.size()));
+      for (const auto& [key, tap] : mine->taps) {
+        out.put(static_cast<int64_t>(key.first));
+        out.put_all(std::span(key.second.data(), key.second.size()));
+        out.put(static_cast<int64_t>(tap.shape.rank()));
+        for (int axis = 0; axis < tap.shape.rank(); ++axis) out.put(tap.shape[axis]);
+        out.put_all(std::span<const float>(tap.data));
+      }
+    }
+  }
+  auto size = static_cast<int64_t>(out.data.size());
+  comm.broadcast(std::as_writable_bytes(std::span(&size, 1)), 0, -1);
+  out.data.resize(static_cast<size_t>(size));
+  comm.broadcast(std::span(out.data), 0, -1);
+  if (comm.rank() == 0) return mine;
+  Unpacker in(out.data);
+  if (in.take<int64_t>() == 0) {
+    const std::vector<char> text = in.take_all<char>();
+    return make_error(StatusCode::kInternal, "rank {}: rank 0 could not run the reference: {}",
+                      comm.rank(), std::string(text.begin(), text.end()));
+  }
+  Reference ref;
+  ref.ids = in.take_all<int32_t>();
+  const auto num_taps = in.take<int64_t>();
+  for (int64_t i = 0; i < num_taps; ++i) {
+    const auto layer = static_cast<int>(in.take<int64_t>());
+    const std::vector<char> name = in.take_all<char>();
+    Shape shape;
+    const auto rank = static_cast<int>(in.take<int64_t>());
+    DZ_CHECK(rank >= 0 && rank <= kMaxRank, "verify: a reference tap of rank {}", rank);
+    for (int axis = 0; axis < rank; ++axis) shape.push_back(in.take<int64_t>());
+    ref.taps[{layer, std::string(name.begin(), name.end())}] = {shape, in.take_all<float>()};
+  }
+  return ref;
+}
+
 std::string format_row(const model::VerifyRow& r) {
   const bool count = r.metric.find("beyond") != std::string::npos;
   const std::string value =
@@ -172,22 +267,8 @@ std::string format_row(const model::VerifyRow& r) {
                      r.metric, value, tol, r.pass ? "PASS" : "FAIL");
 }
 
-Result<int> run(const VerifyArgs& args) {
-  DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::CausalLm> model, load_model(args.model));
-  auto* hybrid = dynamic_cast<model::HybridModel*>(model.get());
-  if (hybrid == nullptr)
-    return make_error(StatusCode::kUnsupported, "verify: {} is not a model verify knows",
-                      args.model.model_dir);
-  const std::string kv_cache_dtype = resolved_kv_cache_dtype(*model);
-  if (!args.token_ids.empty()) {
-    DZ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, parse_token_ids(args.token_ids, "--token-ids"));
-    for (size_t i = 0; i < ids.size(); ++i)
-      if (ids[i] >= model->vocab_size())
-        return make_error(StatusCode::kInvalidArgument,
-                          "--token-ids: id {} (index {}) is outside the vocabulary [0, {})", ids[i],
-                          i, model->vocab_size());
-  }
-
+// Rank 0's reference: the dump (run here, or the one given) read back.
+Result<Reference> run_reference(const VerifyArgs& args, const std::string& kv_cache_dtype) {
   TempDir tmp;
   fs::path dump_dir = args.reference_dump;
   if (dump_dir.empty()) {
@@ -202,21 +283,47 @@ Result<int> run(const VerifyArgs& args) {
   std::string list;
   for (char ch : ids_json)
     if (ch != '[' && ch != ']' && ch != ' ' && ch != '\n') list.push_back(ch);
-  DZ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, parse_token_ids(list, "token_ids.json"));
-  DZ_ASSIGN_OR_RETURN(model::TapMap ref, read_taps(dump_dir));
+  Reference ref;
+  DZ_ASSIGN_OR_RETURN(ref.ids, parse_token_ids(list, "token_ids.json"));
+  DZ_ASSIGN_OR_RETURN(ref.taps, read_taps(dump_dir));
+  return ref;
+}
+
+Result<int> run(const VerifyArgs& args) {
+  // Under a plan every rank runs the comparisons on its own shard, in step (model/verify.h).
+  DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::CausalLm> model, load_shard(args.model));
+  auto* hybrid = dynamic_cast<model::HybridModel*>(model.get());
+  if (hybrid == nullptr)
+    return make_error(StatusCode::kUnsupported, "verify: {} is not a model verify knows",
+                      args.model.model_dir);
+  const std::string kv_cache_dtype = resolved_kv_cache_dtype(*model);
+  if (!args.token_ids.empty()) {
+    DZ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, parse_token_ids(args.token_ids, "--token-ids"));
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] >= model->vocab_size())
+        return make_error(StatusCode::kInvalidArgument,
+                          "--token-ids: id {} (index {}) is outside the vocabulary [0, {})", ids[i],
+                          i, model->vocab_size());
+  }
+  dist::Comm* comm = plan_comm();
+  const bool leads = comm == nullptr || comm->rank() == 0;
+  Result<Reference> mine = leads ? run_reference(args, kv_cache_dtype) : Reference{};
+  DZ_ASSIGN_OR_RETURN(const Reference ref,
+                      comm != nullptr ? share_reference(*comm, std::move(mine)) : std::move(mine));
 
   const ExecContext ctx = exec_context(args.model);
   DZ_ASSIGN_OR_RETURN(std::vector<model::VerifyRow> rows,
-                      model::verify_model(ctx, *hybrid, ids, ref, args.model.block_size));
-  std::printf("verify %s: %zu tokens, kv cache %s\n", args.model.model_dir.c_str(), ids.size(),
-              kv_cache_dtype.c_str());
+                      model::verify_model(ctx, *hybrid, ref.ids, ref.taps, args.model.block_size));
+  if (comm != nullptr) rows = model::worst_over_ranks(*comm, std::move(rows));
+  int64_t failed = 0;
+  for (const model::VerifyRow& r : rows) failed += r.pass ? 0 : 1;
+  if (!leads) return failed == 0 ? 0 : 1;
+  std::printf("verify %s: %zu tokens, kv cache %s%s\n", args.model.model_dir.c_str(),
+              ref.ids.size(), kv_cache_dtype.c_str(),
+              comm != nullptr ? ", worst rank of each row" : "");
   std::printf("%-9s %5s %-16s %-18s %10s %9s %s\n", "level", "layer", "quantity", "metric", "value",
               "tolerance", "result");
-  int64_t failed = 0;
-  for (const model::VerifyRow& r : rows) {
-    std::printf("%s\n", format_row(r).c_str());
-    failed += r.pass ? 0 : 1;
-  }
+  for (const model::VerifyRow& r : rows) std::printf("%s\n", format_row(r).c_str());
   std::printf("%zu rows, %lld failed\n", rows.size(), static_cast<long long>(failed));
   return failed == 0 ? 0 : 1;
 }
@@ -228,6 +335,7 @@ RunCommand add_verify_command(CLI::App& app) {
       "verify", "Compare every layer with the PyTorch reference (operator, layer, model level)");
   auto args = std::make_shared<VerifyArgs>();
   add_model_options(*command, args->model);
+  add_parallel_options(*command, args->model);
   command->add_option("--token-ids", args->token_ids,
                       "comma-separated token ids (default: the reference's decisive test prompt)");
   command->add_option("--python", args->python, "interpreter with torch and numpy")

@@ -103,7 +103,7 @@ void Comm::all_reduce_sum(std::span<float> data, int layer, WireType wire) {
     if (wire == WireType::kBf16) {
       for (float& x : data) x = formats::round_to_bf16(x);
     }
-    stats_.add({layer, CommOp::kAllReduce}, 0, 0);
+    stats_->add({layer, CommOp::kAllReduce}, 0, 0);
     return;
   }
   // Reduce-scatter as an all-to-all of chunks summed here in rank order, then an all-gather: each
@@ -123,7 +123,7 @@ void Comm::all_reduce_sum(std::span<float> data, int layer, WireType wire) {
   }
   // Sent: every other chunk, then mine to every other rank: as much as is received.
   const int64_t received = all_reduce_received_bytes(n, ranks, rank(), wire);
-  stats_.add({layer, CommOp::kAllReduce}, received, received);
+  stats_->add({layer, CommOp::kAllReduce}, received, received);
 }
 
 std::vector<float> Comm::sum_my_chunk(std::span<const float> send, WireType wire,
@@ -160,7 +160,7 @@ void Comm::all_gather(std::span<const std::byte> send, std::span<std::byte> recv
   DZ_CHECK(static_cast<int64_t>(recv.size()) == sum_of(counts) * elem, "all_gather: recv size");
   do_all_gather(send.data(), recv.data(), counts, type, CommOp::kAllGather, layer);
   const int64_t others = sum_of(counts) - mine;
-  stats_.add({layer, CommOp::kAllGather}, (size() - 1) * mine * elem, others * elem);
+  stats_->add({layer, CommOp::kAllGather}, (size() - 1) * mine * elem, others * elem);
 }
 
 void Comm::reduce_scatter_sum(std::span<const float> send, std::span<float> recv,
@@ -174,8 +174,8 @@ void Comm::reduce_scatter_sum(std::span<const float> send, std::span<float> recv
       sum_my_chunk(send, WireType::kF32, counts, CommOp::kReduceScatter, layer);
   std::copy(reduced.begin(), reduced.end(), recv.begin());
   const int64_t elem = wire_type_bytes(WireType::kF32);
-  stats_.add({layer, CommOp::kReduceScatter}, (sum_of(counts) - mine) * elem,
-             (ranks - 1) * mine * elem);
+  stats_->add({layer, CommOp::kReduceScatter}, (sum_of(counts) - mine) * elem,
+              (ranks - 1) * mine * elem);
 }
 
 void Comm::all_to_all(std::span<const std::byte> send, std::span<const int64_t> send_counts,
@@ -188,8 +188,8 @@ void Comm::all_to_all(std::span<const std::byte> send, std::span<const int64_t> 
   DZ_CHECK(static_cast<int64_t>(recv.size()) == sum_of(recv_counts) * elem, "all_to_all recv");
   do_all_to_all(send.data(), send_counts, recv.data(), recv_counts, type, CommOp::kAllToAll, layer);
   const auto self = static_cast<size_t>(rank());
-  stats_.add({layer, CommOp::kAllToAll}, (sum_of(send_counts) - send_counts[self]) * elem,
-             (sum_of(recv_counts) - recv_counts[self]) * elem);
+  stats_->add({layer, CommOp::kAllToAll}, (sum_of(send_counts) - send_counts[self]) * elem,
+              (sum_of(recv_counts) - recv_counts[self]) * elem);
 }
 
 std::vector<int64_t> Comm::exchange_counts(std::span<const int64_t> send_counts, int layer) {
@@ -199,7 +199,7 @@ std::vector<int64_t> Comm::exchange_counts(std::span<const int64_t> send_counts,
   do_all_to_all(send_counts.data(), ones, recv_counts.data(), ones, WireType::kI32,
                 CommOp::kAllToAll, layer);
   const int64_t bytes = (size() - 1) * 8;
-  stats_.add({layer, CommOp::kAllToAll}, bytes, bytes);
+  stats_->add({layer, CommOp::kAllToAll}, bytes, bytes);
   return recv_counts;
 }
 
@@ -207,8 +207,8 @@ void Comm::broadcast(std::span<std::byte> data, int root, int layer, Wait wait) 
   DZ_CHECK(root >= 0 && root < size(), "broadcast root {}", root);
   do_broadcast(data.data(), static_cast<int64_t>(data.size()), root, layer, wait);
   const auto bytes = static_cast<int64_t>(data.size());
-  stats_.add({layer, CommOp::kBroadcast}, rank() == root ? (size() - 1) * bytes : 0,
-             rank() == root ? 0 : bytes);
+  stats_->add({layer, CommOp::kBroadcast}, rank() == root ? (size() - 1) * bytes : 0,
+              rank() == root ? 0 : bytes);
 }
 
 void Comm::gather(std::span<const std::byte> send, std::span<std::byte> recv,
@@ -223,8 +223,8 @@ void Comm::gather(std::span<const std::byte> send, std::span<std::byte> recv,
   }
   do_gather(send.data(), recv.data(), counts, type, root, layer);
   const bool is_root = rank() == root;
-  stats_.add({layer, CommOp::kGather}, is_root ? 0 : mine * elem,
-             is_root ? (sum_of(counts) - mine) * elem : 0);
+  stats_->add({layer, CommOp::kGather}, is_root ? 0 : mine * elem,
+              is_root ? (sum_of(counts) - mine) * elem : 0);
 }
 
 // SoloComm: one rank, so every "collective" is a copy of this rank's own data.

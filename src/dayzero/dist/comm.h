@@ -64,6 +64,9 @@ int64_t wire_type_bytes(WireType type);
 
 class Comm {
  public:
+  Comm() = default;
+  Comm(const Comm&) = delete;  // stats_ may point into itself
+  Comm& operator=(const Comm&) = delete;
   virtual ~Comm() = default;
 
   virtual int rank() const = 0;
@@ -105,8 +108,10 @@ class Comm {
 
   virtual void barrier() = 0;
 
-  CommStats& stats() { return stats_; }
-  const CommStats& stats() const { return stats_; }
+  // A group split from a communicator counts into its parent's stats: one rank's traffic is read
+  // in one place whichever group a collective ran in.
+  CommStats& stats() { return *stats_; }
+  const CommStats& stats() const { return *stats_; }
 
  protected:
   // The transport. Counts are in elements of `type`; every rank calls with consistent arguments.
@@ -125,7 +130,10 @@ class Comm {
   std::vector<float> sum_my_chunk(std::span<const float> send, WireType wire,
                                   std::span<const int64_t> chunks, CommOp op, int layer);
 
-  CommStats stats_;
+  CommStats own_stats_;
+
+ protected:
+  CommStats* stats_ = &own_stats_;
 };
 
 // One rank: every collective is the identity (a copy where send and recv differ) and counts a call

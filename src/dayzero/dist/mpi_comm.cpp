@@ -157,7 +157,9 @@ std::unique_ptr<MpiComm> MpiComm::world(double collective_timeout_s) {
 std::unique_ptr<MpiComm> MpiComm::split(int color, int key) const {
   auto handle = std::make_unique<Handle>();
   MPI_Comm_split(handle_->comm, color, key, &handle->comm);
-  return std::unique_ptr<MpiComm>(new MpiComm(std::move(handle), timeout_s_));
+  std::unique_ptr<MpiComm> group(new MpiComm(std::move(handle), timeout_s_));
+  group->stats_ = stats_;
+  return group;
 }
 
 void MpiComm::barrier() {

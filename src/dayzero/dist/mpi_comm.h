@@ -37,7 +37,8 @@ class MpiComm final : public Comm {
   static std::unique_ptr<MpiComm> world(double collective_timeout_s);
   ~MpiComm() override;
 
-  // The ranks with the same color, ordered by key (MPI_Comm_split): a TP or EP group.
+  // The ranks with the same color, ordered by key (MPI_Comm_split): a TP or EP group. It counts
+  // its traffic into this communicator's stats, so it must not outlive it.
   std::unique_ptr<MpiComm> split(int color, int key) const;
 
   int rank() const override { return rank_; }

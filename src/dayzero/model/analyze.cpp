@@ -107,18 +107,20 @@ std::vector<CommLine> step_comm(const ModelDims& d, const Analysis& a, const Par
     const int64_t k = d.num_experts_per_token;
     const double remote = expected_remote_ranks(d.num_routed_experts, k, ranks);
     const double local_tokens = static_cast<double>(tokens) / plan.tp;
-    // Per (token, remote rank): BF16 activations and the token's index; per expert choice on a
-    // remote rank its id and FP32 weight. Means over the ranks where tp does not divide T.
-    const auto dispatch = static_cast<int64_t>(
-        std::llround(local_tokens * (remote * static_cast<double>(hr * 2 + 4) +
-                                     static_cast<double>(k * 8 * (ranks - 1)) / ranks)));
+    // First every rank's byte count for every other (8 B each); then per (token, remote rank)
+    // the BF16 activations and the choice count, per expert choice on a remote rank its id and
+    // FP32 weight. Means over the ranks where tp does not divide T.
+    const auto dispatch =
+        (ranks - 1) * 8 + static_cast<int64_t>(std::llround(
+                              local_tokens * (remote * static_cast<double>(hr * 2 + 4) +
+                                              static_cast<double>(k * 8 * (ranks - 1)) / ranks)));
     const auto combine =
         static_cast<int64_t>(std::llround(local_tokens * remote * static_cast<double>(hr * 4)));
     add("ep",
         fmt::format("dispatch to the experts' ranks (r = {:.2f} other ranks per token)", remote),
-        "T/tp * (r * (h_r*2 + 4) + k*8*(N-1)/N), N = tp*ep", dispatch, moe, false);
+        "(N-1)*8 + T/tp * (r * (h_r*2 + 4) + k*8*(N-1)/N), N = tp*ep", dispatch, moe, a.runnable);
     add("ep", "combine: weighted FP32 outputs back to the token's rank", "T/tp * r * h_r * 4",
-        combine, moe, false);
+        combine, moe, a.runnable);
   }
   if (plan.cp > 1 && prefill) {
     const int64_t b_kv =
@@ -182,12 +184,13 @@ void list_requirements(const Architecture& arch, const std::string& refusal,
   if (root.has("vision_config") || out.summary.by_component.contains("vision")) {
     need("vision tower (images in)", false, "text only: the tower's tensors are accepted, not run");
   }
+  const char* under_mpirun = "every command that runs the model, under mpirun";
   if (plan.tp > 1)
     need("tensor parallelism (--tp)", a.runnable,
-         a.runnable ? "dayzero logits under mpirun; the other commands not yet"
-                    : "the model is not runnable");
+         a.runnable ? under_mpirun : "the model is not runnable");
   if (plan.ep > 1)
-    need("expert parallelism (--ep)", false, "the forward runs in one process so far");
+    need("expert parallelism (--ep)", a.runnable,
+         a.runnable ? under_mpirun : "the model is not runnable");
   if (plan.cp > 1) need("context parallelism (--cp)", false, "not built yet");
 }
 

@@ -79,10 +79,16 @@ TEST(Analyze, DeepseekV32UnderTp4Ep2) {
   const CommLine* combine = find_line(a.decode_comm, "combine");
   EXPECT_EQ(combine->bytes_per_layer, std::llround(2 * r * 7168 * 4));
   EXPECT_EQ(combine->layers, 58);
+  // Dispatch: 7 other ranks' counts (8 B each); per token r records of 7168 BF16 values and a
+  // 4-byte count, and its 8 x 7/8 remote choices of 8 B.
+  const CommLine* dispatch = find_line(a.decode_comm, "dispatch");
+  EXPECT_EQ(dispatch->bytes_per_layer,
+            7 * 8 + std::llround(2 * (r * (7168 * 2 + 4) + 8 * 8 * 7.0 / 8)));
   EXPECT_TRUE(has_requirement(a, "DSA lightning indexer", true));
   EXPECT_TRUE(has_requirement(a, "tensor parallelism", true));
+  EXPECT_TRUE(has_requirement(a, "expert parallelism", true));
   EXPECT_TRUE(o_proj->implemented);
-  EXPECT_FALSE(combine->implemented);
+  EXPECT_TRUE(combine->implemented);
 }
 
 TEST(Analyze, WeightsPerRankDivideBySplit) {

@@ -28,14 +28,17 @@ Result<std::unique_ptr<CausalLm>> load_causal_lm(const std::string& dir,
   const ParallelPlan& plan = options.plan;
   if (plan.world_size() > 1) {
     DZ_RETURN_IF_ERROR(validate_plan(plan, arch->dims()));
-    if (plan.ep > 1 || plan.cp > 1)
+    if (plan.cp > 1)
       return make_error(StatusCode::kUnsupported,
-                        "plan {}: the forward splits by --tp only so far (docs/parallel.md §8)",
+                        "plan {}: context parallelism is not built yet (docs/parallel.md §8)",
                         plan.describe());
     if (options.comm == nullptr || options.comm->size() != plan.world_size())
       return make_error(StatusCode::kInvalidArgument, "plan {} needs {} ranks, the job has {}",
                         plan.describe(), plan.world_size(),
                         options.comm == nullptr ? 1 : options.comm->size());
+    if (plan.tp > 1 && (options.tp_comm == nullptr || options.tp_comm->size() != plan.tp))
+      return make_error(StatusCode::kInvalidArgument, "plan {}: the TP group needs {} ranks",
+                        plan.describe(), plan.tp);
   }
   DZ_ASSIGN_OR_RETURN(formats::Checkpoint checkpoint, formats::Checkpoint::open(dir));
   DZ_RETURN_IF_ERROR(inspect_checkpoint(*arch, checkpoint).status());

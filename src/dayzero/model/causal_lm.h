@@ -29,6 +29,12 @@ struct ModelOptions {
   ParallelPlan plan = {};
   int rank = 0;
   dist::Comm* comm = nullptr;
+  dist::Comm* tp_comm = nullptr;  // the rank's TP group; comm itself when ep = 1
+
+  // Where partial outputs are summed (the TP group; null unless tp > 1) and between which ranks
+  // routed tokens travel (all of them; null unless ep > 1).
+  dist::Comm* tp_group() const { return plan.tp > 1 ? tp_comm : nullptr; }
+  dist::Comm* expert_group() const { return plan.ep > 1 ? comm : nullptr; }
 };
 
 class CausalLm {

@@ -130,6 +130,11 @@ void DecoderLayer::ffn(const ExecContext& ctx, const float* normed, int64_t num_
   tap(taps, layer_id, "ffn_out", out, {num_tokens, hidden_size});
 }
 
+void DecoderLayer::ffn_without_tokens(const ExecContext& ctx, Arena& scratch) const {
+  scratch.reset();
+  if (moe != nullptr) moe->forward(ctx, nullptr, 0, nullptr, scratch, nullptr, layer_id);
+}
+
 std::string decoder_layer_prefix(int layer_id) {
   return fmt::format("model.layers.{}.", layer_id);
 }
@@ -176,11 +181,17 @@ void visit_decoder_layer_tensors(TensorVisitor& v, const DecoderLayerConfig& c,
 }
 
 DecoderLayer make_decoder_layer(const DecoderLayerConfig& c, DecoderLayerWeights w,
-                                const RankShard& shard, dist::Comm* comm) {
+                                const RankShard& shard, dist::Comm* tp_comm,
+                                dist::Comm* expert_comm) {
   const LayerSpec& spec = c.spec;
-  const bool split = !shard.is_whole();
+  const bool split = shard.tp > 1;  // heads, columns and (at --ep 1) experts over the TP group
+  DZ_CHECK(!split || (tp_comm != nullptr && tp_comm->size() == shard.tp),
+           "layer {}: tp {} needs its TP group", spec.layer_id, shard.tp);
+  DZ_CHECK((shard.expert_ranks > shard.tp) == (expert_comm != nullptr),
+           "layer {}: experts over {} ranks need the expert ranks' communicator", spec.layer_id,
+           shard.expert_ranks);
   DecoderLayer layer;
-  layer.comm = split ? comm : nullptr;
+  layer.comm = split ? tp_comm : nullptr;
   layer.layer_id = spec.layer_id;
   layer.hidden_size = c.hidden_size;
   layer.norm_eps = c.norm_eps;
@@ -215,7 +226,9 @@ DecoderLayer make_decoder_layer(const DecoderLayerConfig& c, DecoderLayerWeights
   } else {
     MoeConfig moe = *c.moe;
     moe.output_is_partial = split;
-    if (split && spec.ffn == FfnKind::kLatentMoe) moe.latent_comm = comm;
+    if (split && spec.ffn == FfnKind::kLatentMoe) moe.latent_comm = tp_comm;
+    moe.expert_comm = expert_comm;
+    moe.token_share = {.index = shard.tp_rank, .count = shard.tp};
     layer.moe = std::make_unique<MoeBlock>(moe, std::move(w.moe));
   }
   return layer;

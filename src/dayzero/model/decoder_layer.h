@@ -51,8 +51,8 @@ struct DecoderLayer {
   std::vector<float> ffn_res_query;   // before the FFN
   bool attn_res_write = false;        // the running prefix joins the bank before the mixer
 
-  // Tensor or expert parallelism: the ranks whose partial mixer and FFN outputs are summed
-  // (docs/parallel.md §1); null in one process.
+  // Tensor parallelism: the TP group whose partial mixer and FFN outputs are summed
+  // (docs/parallel.md §1); null in one process and at tp = 1.
   dist::Comm* comm = nullptr;
 
   AttentionKind attention_kind() const;
@@ -75,6 +75,9 @@ struct DecoderLayer {
   // out [T, d] = the FFN's output (BF16-valued); taps "ffn_out".
   void ffn(const ExecContext& ctx, const float* normed, int64_t num_tokens, float* out,
            Arena& scratch, TapSink* taps) const;
+  // A step in which this rank's data-parallel group has no tokens (--ep > 1): the MoE still
+  // runs its experts on the tokens other groups send it.
+  void ffn_without_tokens(const ExecContext& ctx, Arena& scratch) const;
 
  private:
   // The mixer's partial o_proj output (this rank's heads) summed over `comm`, rounded to BF16.
@@ -117,9 +120,11 @@ std::string decoder_layer_prefix(int layer_id);
 void visit_decoder_layer_tensors(TensorVisitor& v, const DecoderLayerConfig& c,
                                  DecoderLayerWeights& w);
 // The layer from the weights visit_decoder_layer_tensors loaded. Under a parallel plan (`shard`
-// not whole, `comm` its ranks) the blocks run this rank's heads and experts, and the layer sums
-// their outputs over `comm`.
+// not whole) the blocks run this rank's heads and experts; the layer sums their partial outputs
+// over `tp_comm` (its TP group, when tp > 1), and the MoE exchanges routed tokens over
+// `expert_comm` (every rank, when ep > 1).
 DecoderLayer make_decoder_layer(const DecoderLayerConfig& c, DecoderLayerWeights w,
-                                const RankShard& shard = {}, dist::Comm* comm = nullptr);
+                                const RankShard& shard = {}, dist::Comm* tp_comm = nullptr,
+                                dist::Comm* expert_comm = nullptr);
 
 }  // namespace dz::model

@@ -217,7 +217,19 @@ void HybridModel::run_extra_layer(const ExecContext& ctx, const DecoderLayer& la
                                   const ForwardBatch& batch, KvCache& cache, float* x,
                                   TapSink* taps) {
   ensure_scratch(ctx, batch);
+  if (batch.num_tokens() == 0) {
+    layer.ffn_without_tokens(ctx, *scratch_);
+    return;
+  }
   run_plain(ctx, layer, batch, cache, x, taps);
+}
+
+void HybridModel::embed(const Embedding& table, std::span<const int32_t> ids, float* out) const {
+  table.lookup(ids, out);  // BF16 values: already BF16-valued
+  // Vocabulary split: each row came from one rank and is zero on the others, so the sum is exact.
+  if (parts_.comm != nullptr)
+    parts_.comm->all_reduce_sum(std::span(out, ids.size() * static_cast<size_t>(hidden_size())),
+                                -1);
 }
 
 Status HybridModel::forward_hidden(const ExecContext& ctx, const ForwardBatch& batch,
@@ -226,10 +238,11 @@ Status HybridModel::forward_hidden(const ExecContext& ctx, const ForwardBatch& b
   ensure_scratch(ctx, batch);
   const int64_t T = batch.num_tokens();
   const int64_t d = parts_.hidden_size;
-  parts_.embed_tokens.lookup(batch.token_ids, out);  // BF16 values: already BF16-valued
-  // Vocabulary split: each row came from one rank and is zero on the others, so the sum is exact.
-  if (parts_.comm != nullptr)
-    parts_.comm->all_reduce_sum(std::span(out, static_cast<size_t>(T * d)), -1);
+  if (T == 0) {  // this rank's group has no sequences this step; the others' tokens may come
+    for (const DecoderLayer& layer : parts_.layers) layer.ffn_without_tokens(ctx, *scratch_);
+    return Status::ok_status();
+  }
+  embed(parts_.embed_tokens, batch.token_ids, out);
   if (!has_attn_res()) {
     for (const DecoderLayer& layer : parts_.layers) run_plain(ctx, layer, batch, cache, out, taps);
     return Status::ok_status();
@@ -280,15 +293,20 @@ void HybridModel::lm_head(const ExecContext& ctx, const float* normed,
   for (int64_t r = 0; r < num_rows; ++r)
     std::memcpy(picked.data() + r * d, normed + rows[static_cast<size_t>(r)] * d,
                 static_cast<size_t>(d) * sizeof(float));
+  head_logits(ctx, parts_.lm_head, picked.data(), num_rows, logits);
+}
+
+void HybridModel::head_logits(const ExecContext& ctx, const kernels::LinearWeight& head,
+                              const float* normed, int64_t num_rows, float* logits) const {
   if (parts_.comm == nullptr) {
-    parts_.lm_head.forward(ctx, picked.data(), num_rows, logits);
+    head.forward(ctx, normed, num_rows, logits);
     return;
   }
   // Vocabulary split: this rank's columns of every row, then all ranks' columns side by side.
   const int ranks = parts_.comm->size();
-  const int64_t local = parts_.lm_head.out_features();
+  const int64_t local = head.out_features();
   std::vector<float> mine(static_cast<size_t>(num_rows * local));
-  parts_.lm_head.forward(ctx, picked.data(), num_rows, mine.data());
+  head.forward(ctx, normed, num_rows, mine.data());
   std::vector<float> all(static_cast<size_t>(num_rows * local * ranks));  // [rank, rows, local]
   const std::vector<int64_t> counts(static_cast<size_t>(ranks), num_rows * local);
   parts_.comm->all_gather(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)),
@@ -311,6 +329,7 @@ Status HybridModel::forward(const ExecContext& ctx, const ForwardBatch& batch, K
                         row, T);
   std::vector<float> hidden(static_cast<size_t>(T * d));
   DZ_RETURN_IF_ERROR(forward_hidden(ctx, batch, cache, hidden.data(), taps));
+  if (T == 0) return Status::ok_status();
   final_norm(ctx, hidden.data(), T, hidden.data());
   tap(taps, -1, "final_norm", hidden.data(), {T, d});
   lm_head(ctx, hidden.data(), logits_rows, out_logits);

@@ -81,9 +81,17 @@ class HybridModel : public CausalLm {
   // An extra layer outside the stack (DeepSeek's MTP layer): its caches follow the main layers'
   // in cache_layers() and the block arena covers it. `layer` must outlive the model.
   void add_extra_layer(const DecoderLayer* layer) { extra_layers_.push_back(layer); }
-  // Runs an extra layer on x [T, d] with the plain residual, in place.
+  // Runs an extra layer on x [T, d] with the plain residual, in place. With no tokens (this
+  // rank's data-parallel group has none this step) only its MoE exchange runs.
   void run_extra_layer(const ExecContext& ctx, const DecoderLayer& layer, const ForwardBatch& batch,
                        KvCache& cache, float* x, TapSink* taps);
+  // out [ids, d] = the rows of `table` (split by vocabulary under a plan: summed over the TP
+  // group).
+  void embed(const Embedding& table, std::span<const int32_t> ids, float* out) const;
+  // logits [num_rows, vocab] = head · normed [num_rows, d] (split by vocabulary under a plan: the
+  // TP group's columns gathered).
+  void head_logits(const ExecContext& ctx, const kernels::LinearWeight& head, const float* normed,
+                   int64_t num_rows, float* logits) const;
   // Called by forward() with the model.norm output of every token [T, d]; may take it.
   virtual void keep_final_norm(const ForwardBatch& /*batch*/, std::vector<float>& /*normed*/) {}
 

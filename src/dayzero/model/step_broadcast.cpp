@@ -1,6 +1,8 @@
 #include "dayzero/model/step_broadcast.h"
 
+#include <algorithm>
 #include <csignal>
+#include <numeric>
 #include <optional>
 
 #include <spdlog/spdlog.h>
@@ -54,7 +56,7 @@ struct Follower {
   std::optional<KvCache> cache;
   uint64_t leader_cache_id = 0;
   std::vector<int32_t> token_ids, positions;
-  std::vector<int64_t> slots, rows;
+  std::vector<int64_t> slots, rows, groups;
   std::vector<std::vector<int32_t>> tables;
   std::vector<float> logits;
 
@@ -72,11 +74,147 @@ struct Follower {
   }
 };
 
+// What keeps a sequence in one data-parallel group: its first cache block (sequences that share
+// cached data share it), else its state slot; none for a model without either.
+std::optional<int64_t> group_key(const SequenceSlice& seq) {
+  if (!seq.block_table.empty()) return seq.block_table[0];
+  if (seq.state_slot >= 0) return -2 - int64_t{seq.state_slot};
+  return std::nullopt;
+}
+
+// The part of a step one data-parallel group runs (--ep > 1): its sequences, their tokens
+// renumbered from 0, the logits rows among them; and the group of every row of the step.
+struct GroupStep {
+  std::vector<int32_t> token_ids, positions;
+  std::vector<int64_t> slots, rows, row_groups;
+  ForwardBatch batch;  // spans into the vectors above
+
+  GroupStep(const ForwardBatch& full, std::span<const int64_t> all_rows,
+            std::span<const int64_t> groups, int64_t group) {
+    std::vector<int64_t> token_group(static_cast<size_t>(full.num_tokens()));
+    std::vector<int64_t> renumbered(token_group.size(), -1);
+    batch.block_size = full.block_size;
+    for (size_t i = 0; i < full.sequences.size(); ++i) {
+      SequenceSlice seq = full.sequences[i];
+      for (int64_t t = seq.token_begin; t < seq.token_begin + seq.num_tokens; ++t)
+        token_group[static_cast<size_t>(t)] = groups[i];
+      if (groups[i] != group) continue;
+      const auto first = static_cast<size_t>(seq.token_begin);
+      const auto count = static_cast<size_t>(seq.num_tokens);
+      seq.token_begin = static_cast<int64_t>(token_ids.size());
+      for (size_t t = first; t < first + count; ++t) {
+        renumbered[t] = static_cast<int64_t>(token_ids.size());
+        token_ids.push_back(full.token_ids[t]);
+        positions.push_back(full.positions[t]);
+        slots.push_back(full.slot_mapping[t]);
+      }
+      batch.sequences.push_back(seq);
+    }
+    for (int64_t row : all_rows) {
+      row_groups.push_back(token_group[static_cast<size_t>(row)]);
+      if (row_groups.back() == group) rows.push_back(renumbered[static_cast<size_t>(row)]);
+    }
+    batch.token_ids = token_ids;
+    batch.positions = positions;
+    batch.slot_mapping = slots;
+  }
+};
+
+// Rank 0 receives each group's logits rows from the group's first rank, and puts them back in
+// the step's row order in out_logits (rank 0 only).
+void gather_group_logits(dist::Comm& comm, const ParallelPlan& plan,
+                         std::span<const int64_t> row_groups, int64_t vocab, const float* mine,
+                         float* out_logits) {
+  std::vector<int64_t> rows_of(static_cast<size_t>(plan.ep), 0);
+  for (int64_t g : row_groups) ++rows_of[static_cast<size_t>(g)];
+  std::vector<int64_t> counts(static_cast<size_t>(comm.size()), 0);
+  for (int r = 0; r < comm.size(); ++r)
+    if (plan.tp_rank(r) == 0) counts[static_cast<size_t>(r)] = rows_of[plan.ep_rank(r)] * vocab;
+  const int64_t sent = counts[static_cast<size_t>(comm.rank())];
+  std::vector<float> all(comm.rank() == 0 ? row_groups.size() * static_cast<size_t>(vocab) : 0);
+  comm.gather(std::as_bytes(std::span(mine, static_cast<size_t>(sent))),
+              std::as_writable_bytes(std::span(all)), counts, dist::WireType::kF32, 0,
+              dist::kStepLayer);
+  if (comm.rank() != 0) return;
+  // Group g's rows arrive after those of groups before it (its first rank is g · tp).
+  std::vector<int64_t> next(rows_of.size(), 0);
+  std::exclusive_scan(rows_of.begin(), rows_of.end(), next.begin(), int64_t{0});
+  for (size_t i = 0; i < row_groups.size(); ++i) {
+    const int64_t from = next[static_cast<size_t>(row_groups[i])]++;
+    std::copy_n(all.data() + from * vocab, vocab, out_logits + static_cast<int64_t>(i) * vocab);
+  }
+}
+
+// One step of a data-parallel plan on any rank: this rank's group's part, then the logits to
+// rank 0 (also after a failed forward, so that no rank waits for another).
+Status run_group_step(CausalLm& model, dist::Comm& comm, const ParallelPlan& plan,
+                      const ExecContext& ctx, bool mtp, const ForwardBatch& batch, KvCache& cache,
+                      std::span<const int64_t> rows, std::span<const int64_t> groups,
+                      float* out_logits, TapSink* taps) {
+  const GroupStep step(batch, rows, groups, plan.ep_rank(comm.rank()));
+  const int64_t vocab = model.vocab_size();
+  std::vector<float> mine(step.rows.size() * static_cast<size_t>(vocab));
+  const Status status =
+      mtp ? model.forward_mtp(ctx, step.batch, cache, step.rows, mine.data(), taps)
+          : model.forward(ctx, step.batch, cache, step.rows, mine.data(), taps);
+  gather_group_logits(comm, plan, step.row_groups, vocab, mine.data(), out_logits);
+  return status;
+}
+
+// What every group must be able to run, checked on rank 0 before it sends a data-parallel step:
+// a step refused on one group only would leave the others waiting in its MoE exchanges.
+Status check_step(const ForwardBatch& batch, std::span<const int64_t> rows, int64_t vocab) {
+  for (size_t i = 0; i < batch.token_ids.size(); ++i)
+    if (batch.token_ids[i] < 0 || batch.token_ids[i] >= vocab)
+      return make_error(StatusCode::kInvalidArgument,
+                        "token id {} at index {} is outside the vocabulary [0, {})",
+                        batch.token_ids[i], i, vocab);
+  for (int64_t row : rows)
+    if (row < 0 || row >= batch.num_tokens())
+      return make_error(StatusCode::kInvalidArgument, "logits row {} outside the batch's {} tokens",
+                        row, batch.num_tokens());
+  int64_t covered = 0;
+  for (const SequenceSlice& seq : batch.sequences) {
+    if (seq.token_begin != covered || seq.num_tokens <= 0)
+      return make_error(StatusCode::kInvalidArgument,
+                        "batch: sequences must tile the tokens in order");
+    covered += seq.num_tokens;
+  }
+  if (covered != batch.num_tokens())
+    return make_error(StatusCode::kInvalidArgument, "batch: sequences cover {} of {} tokens",
+                      covered, batch.num_tokens());
+  return Status::ok_status();
+}
+
 }  // namespace
 
-StepLeader::StepLeader(std::unique_ptr<CausalLm> model, dist::Comm& comm)
-    : model_(std::move(model)), comm_(comm) {
+StepLeader::StepLeader(std::unique_ptr<CausalLm> model, dist::Comm& comm, const ParallelPlan& plan)
+    : model_(std::move(model)), comm_(comm), plan_(plan) {
   DZ_CHECK(comm_.rank() == 0, "StepLeader runs on rank 0, not {}", comm_.rank());
+  DZ_CHECK(comm_.size() == plan_.world_size(), "plan {} on {} ranks", plan_.describe(),
+           comm_.size());
+}
+
+std::vector<int64_t> StepLeader::assign_groups(const ForwardBatch& batch, const KvCache& cache) {
+  if (cache.id() != groups_cache_id_) {
+    group_of_.clear();
+    groups_cache_id_ = cache.id();
+    next_group_ = 0;
+  }
+  std::vector<int64_t> groups;
+  for (const SequenceSlice& seq : batch.sequences) {
+    const std::optional<int64_t> key = group_key(seq);
+    if (key) {
+      const auto [known, added] = group_of_.try_emplace(*key, next_group_);
+      if (!added) {
+        groups.push_back(known->second);
+        continue;
+      }
+    }
+    groups.push_back(next_group_);
+    next_group_ = (next_group_ + 1) % plan_.ep;
+  }
+  return groups;
 }
 
 StepLeader::~StepLeader() {
@@ -84,7 +222,7 @@ StepLeader::~StepLeader() {
 }
 
 void StepLeader::send(int64_t kind, const KvCache* cache, const ForwardBatch* batch,
-                      std::span<const int64_t> logits_rows) {
+                      std::span<const int64_t> logits_rows, std::span<const int64_t> groups) {
   message_.clear();
   message_.push_back(kind);
   if (cache != nullptr) {
@@ -110,19 +248,35 @@ void StepLeader::send(int64_t kind, const KvCache* cache, const ForwardBatch* ba
       message_.insert(message_.end(), seq.block_table.begin(), seq.block_table.end());
     }
     message_.insert(message_.end(), logits_rows.begin(), logits_rows.end());
+    message_.insert(message_.end(), groups.begin(), groups.end());  // one per sequence at ep > 1
   }
   broadcast_message(comm_, message_, dist::Comm::Wait::kDeadline);
 }
 
 Status StepLeader::forward(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
                            std::span<const int64_t> logits_rows, float* out_logits, TapSink* taps) {
-  send(kForward, &cache, &batch, logits_rows);
-  return model_->forward(ctx, batch, cache, logits_rows, out_logits, taps);
+  if (plan_.ep == 1) {
+    send(kForward, &cache, &batch, logits_rows);
+    return model_->forward(ctx, batch, cache, logits_rows, out_logits, taps);
+  }
+  DZ_RETURN_IF_ERROR(check_step(batch, logits_rows, vocab_size()));
+  const std::vector<int64_t> groups = assign_groups(batch, cache);
+  send(kForward, &cache, &batch, logits_rows, groups);
+  return run_group_step(*model_, comm_, plan_, ctx, false, batch, cache, logits_rows, groups,
+                        out_logits, taps);
 }
 
 Status StepLeader::forward_mtp(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
                                std::span<const int64_t> logits_rows, float* out_logits,
                                TapSink* taps) {
+  if (plan_.ep > 1) {
+    // The MTP batch's sequences keep their groups (the same first blocks as the last forward's).
+    DZ_RETURN_IF_ERROR(check_step(batch, logits_rows, vocab_size()));
+    const std::vector<int64_t> groups = assign_groups(batch, cache);
+    send(kForwardMtp, &cache, &batch, logits_rows, groups);
+    return run_group_step(*model_, comm_, plan_, ctx, true, batch, cache, logits_rows, groups,
+                          out_logits, taps);
+  }
   send(kForwardMtp, &cache, &batch, logits_rows);
   return model_->forward_mtp(ctx, batch, cache, logits_rows, out_logits, taps);
 }
@@ -135,6 +289,11 @@ void StepLeader::cache_created(KvCache& cache) {
 void StepLeader::copy_block_rows(KvCache& cache, int32_t from_block, int32_t to_block,
                                  int64_t num_rows) {
   model_->copy_block_rows(cache, from_block, to_block, num_rows);
+  // A copied first block (a fork's partial prompt block) keeps its sequence's group.
+  if (plan_.ep > 1 && cache.id() == groups_cache_id_) {
+    if (const auto it = group_of_.find(from_block); it != group_of_.end())
+      group_of_[to_block] = it->second;
+  }
   pending_edits_.insert(pending_edits_.end(),
                         {static_cast<int64_t>(Edit::kBlockRows), from_block, to_block, num_rows});
 }
@@ -145,7 +304,8 @@ void StepLeader::copy_state_slot(KvCache& cache, int32_t from, int32_t to) {
                         {static_cast<int64_t>(Edit::kStateSlot), from, to, 0});
 }
 
-void follow_steps(CausalLm& model, dist::Comm& comm, const ExecContext& ctx) {
+void follow_steps(CausalLm& model, dist::Comm& comm, const ExecContext& ctx,
+                  const ParallelPlan& plan) {
   DZ_CHECK(comm.rank() != 0, "rank 0 leads the steps, it does not follow them");
   // mpirun passes a signal to every rank; only rank 0 acts on it (a server drains, then stops
   // the others), so the followers must not die first.
@@ -203,6 +363,13 @@ void follow_steps(CausalLm& model, dist::Comm& comm, const ExecContext& ctx) {
     batch.token_ids = f.token_ids;
     batch.positions = f.positions;
     batch.slot_mapping = f.slots;
+    if (plan.ep > 1) {
+      in.read(f.groups, num_seqs);
+      const Status status = run_group_step(model, comm, plan, ctx, kind == kForwardMtp, batch,
+                                           cache, f.rows, f.groups, nullptr, nullptr);
+      if (!status.ok()) spdlog::debug("rank {}: step failed: {}", comm.rank(), status.to_string());
+      continue;
+    }
     f.logits.resize(static_cast<size_t>(num_rows * model.vocab_size()));
     // Rank 0 reports a failed step; here it only must not stop following.
     const Status status =

@@ -8,20 +8,27 @@
 //
 // Rank 0 wraps its model in StepLeader, which any command or the engine drives as a CausalLm;
 // every other rank calls follow_steps until rank 0's StepLeader is destroyed.
+//
+// With --ep > 1 the plan's ep TP groups are data-parallel: rank 0 puts each sequence in one group
+// for its whole life (all sequences sharing its first cache block go with it, so prefix-cache hits
+// and copies find their data), every group runs only its sequences (a group with none still takes
+// part in the MoE exchanges), and the first rank of each group sends its logits rows to rank 0.
 
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "dayzero/dist/comm.h"
 #include "dayzero/model/causal_lm.h"
+#include "dayzero/model/parallel_plan.h"
 
 namespace dz::model {
 
 class StepLeader final : public CausalLm {
  public:
   // `model` is rank 0's shard; comm spans every rank of the plan.
-  StepLeader(std::unique_ptr<CausalLm> model, dist::Comm& comm);
+  StepLeader(std::unique_ptr<CausalLm> model, dist::Comm& comm, const ParallelPlan& plan);
   // Tells the other ranks to stop following (they return from follow_steps).
   ~StepLeader() override;
 
@@ -49,10 +56,18 @@ class StepLeader final : public CausalLm {
  private:
   // Broadcasts one step description: kind (model/step_broadcast.cpp), and what a forward needs.
   void send(int64_t kind, const KvCache* cache, const ForwardBatch* batch,
-            std::span<const int64_t> logits_rows);
+            std::span<const int64_t> logits_rows, std::span<const int64_t> groups = {});
+  // The data-parallel group of each of the batch's sequences (--ep > 1).
+  std::vector<int64_t> assign_groups(const ForwardBatch& batch, const KvCache& cache);
 
   std::unique_ptr<CausalLm> model_;
   dist::Comm& comm_;
+  ParallelPlan plan_;
+  // A sequence's group, keyed by its first cache block (or, without blocks, its state slot):
+  // sticky for as long as the cache lives, so data written by one group is read by it.
+  std::unordered_map<int64_t, int64_t> group_of_;
+  uint64_t groups_cache_id_ = 0;
+  int64_t next_group_ = 0;              // new sequences go round the groups
   std::vector<int64_t> pending_edits_;  // cache edits not yet sent, 4 numbers each
   std::vector<int64_t> message_;
 };
@@ -60,6 +75,7 @@ class StepLeader final : public CausalLm {
 // A rank other than 0: runs every step rank 0 sends through `model` (this rank's shard) on a cache
 // of its own, until rank 0 says stop. Waits for a step without a deadline (a server may idle for
 // hours); a collective inside a forward keeps its deadline.
-void follow_steps(CausalLm& model, dist::Comm& comm, const ExecContext& ctx);
+void follow_steps(CausalLm& model, dist::Comm& comm, const ExecContext& ctx,
+                  const ParallelPlan& plan);
 
 }  // namespace dz::model

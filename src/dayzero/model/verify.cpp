@@ -175,6 +175,29 @@ Status compare_tap(const TapMap& ours, const TapMap& ref, int layer_id, const st
   return Status::ok_status();
 }
 
+// The engine's tap `name` [T, cols] against columns [first, first + cols) of the reference's
+// [T, ·]: a rank's heads under tensor parallelism (all of them in one process).
+Status compare_tap_columns(const TapMap& ours, const TapMap& ref, int layer_id,
+                           const std::string& name, int64_t T, int64_t cols, int64_t first,
+                           const char* level, double tolerance, std::vector<VerifyRow>& rows) {
+  DZ_ASSIGN_OR_RETURN(const TapArray* a, need(ours, layer_id, name, {T, cols}, "engine"));
+  const auto it = ref.find({layer_id, name});
+  if (it == ref.end())
+    return make_error(StatusCode::kInvalidArgument, "reference tap ({}, {}) is missing", layer_id,
+                      name);
+  const Shape& shape = it->second.shape;
+  if (shape.rank() != 2 || shape[0] != T || shape[1] < first + cols)
+    return make_error(StatusCode::kInvalidArgument,
+                      "reference tap ({}, {}) has shape {}, expected [{}, >= {}]", layer_id, name,
+                      shape.to_string(), T, first + cols);
+  std::vector<float> picked(static_cast<size_t>(T * cols));
+  for (int64_t t = 0; t < T; ++t)
+    std::copy_n(it->second.data.data() + t * shape[1] + first, cols, picked.data() + t * cols);
+  rows.push_back(below(level, layer_id, name, "rel_rms",
+                       rel_rms(a->data.data(), picked.data(), T * cols), tolerance));
+  return Status::ok_status();
+}
+
 // The indexer's rows from a layer run on the reference's q latent (docs/models.md §8.1): its scores
 // at the positions it selected against the reference's, and the selected sets up to near-ties.
 Status indexer_rows(const DecoderLayer& layer, int64_t T, const TapMap& ours, const TapMap& ref,
@@ -226,13 +249,14 @@ Status mixer_rows(const ExecContext& ctx, const DecoderLayer& layer, FreshSequen
   std::vector<float> out(static_cast<size_t>(T * d));
   layer.attention(ctx, batch, seq.cache, attn_norm->data.data(), out.data(), scratch, &sink);
   if (layer.kda != nullptr) {
+    // This rank's heads (all of them in one process).
     const KdaConfig& c = layer.kda->config();
-    const int64_t width = c.num_heads * c.head_dim;
+    const int64_t width = c.num_heads * c.head_dim, first = c.head_offset * c.head_dim;
     for (const char* name : {"kda_q", "kda_k", "kda_v", "kda_g", "kda_core"})
-      DZ_RETURN_IF_ERROR(
-          compare_tap(sink.taps(), ref, l, name, {T, width}, "operator", kOperatorRelRms, rows));
-    DZ_RETURN_IF_ERROR(compare_tap(sink.taps(), ref, l, "kda_beta", {T, c.num_heads}, "operator",
-                                   kOperatorRelRms, rows));
+      DZ_RETURN_IF_ERROR(compare_tap_columns(sink.taps(), ref, l, name, T, width, first, "operator",
+                                             kOperatorRelRms, rows));
+    DZ_RETURN_IF_ERROR(compare_tap_columns(sink.taps(), ref, l, "kda_beta", T, c.num_heads,
+                                           c.head_offset, "operator", kOperatorRelRms, rows));
   }
   if (r_q > 0)
     DZ_RETURN_IF_ERROR(
@@ -348,6 +372,36 @@ Result<std::vector<VerifyRow>> verify_model(const ExecContext& ctx, HybridModel&
   const double agreement = static_cast<double>(agree) / static_cast<double>(T);
   rows.push_back(VerifyRow{"model", -1, "logits", "argmax_agree", agreement, kArgmaxAgreement, true,
                            agreement >= kArgmaxAgreement});
+  return rows;
+}
+
+std::vector<VerifyRow> worst_over_ranks(dist::Comm& comm, std::vector<VerifyRow> rows) {
+  const int ranks = comm.size();
+  const auto n = static_cast<int64_t>(rows.size());
+  std::vector<int64_t> sizes(static_cast<size_t>(ranks));
+  comm.all_gather(std::as_bytes(std::span(&n, 1)), std::as_writable_bytes(std::span(sizes)),
+                  std::vector<int64_t>(static_cast<size_t>(ranks), 8), dist::WireType::kU8, -1);
+  for (int64_t size : sizes)
+    DZ_CHECK(size == n, "verify: the ranks made {} and {} comparisons", size, n);
+  struct Verdict {
+    double value;
+    double pass;  // 1 or 0
+  };
+  std::vector<Verdict> mine;
+  for (const VerifyRow& row : rows) mine.push_back({row.value, row.pass ? 1.0 : 0.0});
+  std::vector<Verdict> all(mine.size() * static_cast<size_t>(ranks));
+  comm.all_gather(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)),
+                  std::vector<int64_t>(static_cast<size_t>(ranks), n * int64_t{sizeof(Verdict)}),
+                  dist::WireType::kU8, -1);
+  for (int64_t i = 0; i < n; ++i) {
+    VerifyRow& row = rows[static_cast<size_t>(i)];
+    for (int r = 0; r < ranks; ++r) {
+      const Verdict& theirs = all[static_cast<size_t>(r * n + i)];
+      row.value =
+          row.at_least ? std::min(row.value, theirs.value) : std::max(row.value, theirs.value);
+      row.pass = row.pass && theirs.pass != 0.0;
+    }
+  }
   return rows;
 }
 

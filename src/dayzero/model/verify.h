@@ -17,6 +17,7 @@
 #include "dayzero/core/parallel.h"
 #include "dayzero/core/status.h"
 #include "dayzero/core/tensor_view.h"
+#include "dayzero/dist/comm.h"
 #include "dayzero/model/hybrid_model.h"
 #include "dayzero/model/taps.h"
 
@@ -74,5 +75,11 @@ inline constexpr double kRoutingGapBound = 1e-4;  // expert swaps allowed within
 Result<std::vector<VerifyRow>> verify_model(const ExecContext& ctx, HybridModel& model,
                                             std::span<const int32_t> token_ids, const TapMap& ref,
                                             int64_t block_size);
+
+// Under a parallel plan every rank runs verify_model on its own shard, in step (the blocks'
+// collectives line up; each data-parallel group runs the same sequence), each comparing its own
+// heads where a block splits them. This gives every rank, for each row, the worst value over the
+// ranks and its verdict.
+std::vector<VerifyRow> worst_over_ranks(dist::Comm& comm, std::vector<VerifyRow> rows);
 
 }  // namespace dz::model

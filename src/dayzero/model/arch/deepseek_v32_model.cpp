@@ -188,9 +188,7 @@ Result<std::unique_ptr<DeepseekV32Model>> DeepseekV32Model::load(
   WeightLoader loader(*checkpoint, config.quantization_config);
   WeightReader reader(loader, shard);
   DeepseekV32Weights w;
-  // The MTP layer (speculative drafts) runs in one process only so far.
-  const int64_t mtp_layers =
-      shard.is_whole() ? std::min<int64_t>(config.num_nextn_predict_layers, 1) : 0;
+  const int64_t mtp_layers = std::min<int64_t>(config.num_nextn_predict_layers, 1);
   visit_deepseek_v32(reader, config, prefix, mtp_layers, w);
   DZ_RETURN_IF_ERROR(reader.status());
 
@@ -200,17 +198,19 @@ Result<std::unique_ptr<DeepseekV32Model>> DeepseekV32Model::load(
   parts.final_norm_eps = static_cast<float>(config.rms_norm_eps);
   parts.kv_cache_dtype = options.kv_cache_dtype.value_or(kernels::KvCacheDtype::kFp8);
   const LayerSchedule schedule = deepseek_v32_schedule(config);
-  parts.comm = shard.is_whole() ? nullptr : options.comm;
+  parts.comm = options.tp_group();
   for (size_t i = 0; i < static_cast<size_t>(config.num_hidden_layers); ++i)
     parts.layers.push_back(make_decoder_layer(layer_config(config, schedule.layers[i]),
-                                              std::move(w.layers[i]), shard, options.comm));
+                                              std::move(w.layers[i]), shard, options.tp_group(),
+                                              options.expert_group()));
   parts.checkpoint = std::move(checkpoint);
   std::unique_ptr<DeepseekV32Model> m(new DeepseekV32Model(std::move(parts), config));
   if (!w.mtp.empty()) {
     auto mtp = std::make_unique<Mtp>(std::move(w.mtp.front()));
     const size_t l = static_cast<size_t>(config.num_hidden_layers);
-    mtp->layer = make_decoder_layer(layer_config(config, schedule.layers[l]),
-                                    std::move(w.layers[l]), shard, options.comm);
+    mtp->layer =
+        make_decoder_layer(layer_config(config, schedule.layers[l]), std::move(w.layers[l]), shard,
+                           options.tp_group(), options.expert_group());
     m->add_extra_layer(&mtp->layer);  // its caches follow the main layers'
     m->mtp_ = std::move(mtp);
   }
@@ -253,11 +253,15 @@ Status DeepseekV32Model::mtp_logits(const ExecContext& ctx, const ForwardBatch& 
   const int64_t d = config_.hidden_size;
   const auto eps = static_cast<float>(config_.rms_norm_eps);
   const int mtp_layer_id = mtp_->layer.layer_id;
+  if (T == 0) {  // this rank's data-parallel group has no tokens: the layer's MoE exchange only
+    run_extra_layer(ctx, mtp_->layer, batch, cache, nullptr, taps);
+    return Status::ok_status();
+  }
 
   // z = eh_proj([enorm(Emb(x_{t+1})) ; hnorm(h_t)]), embedding first.
   std::vector<float> e(static_cast<size_t>(T * d));
   std::vector<float> h(static_cast<size_t>(T * d));
-  (mtp_->embed_tokens ? *mtp_->embed_tokens : embed_tokens()).lookup(batch.token_ids, e.data());
+  embed(mtp_->embed_tokens ? *mtp_->embed_tokens : embed_tokens(), batch.token_ids, e.data());
   rms_norm_bf16(ctx, e.data(), mtp_->enorm, e.data(), T, d, eps);
   rms_norm_bf16(ctx, main_final, mtp_->hnorm, h.data(), T, d, eps);
   std::vector<float> eh(static_cast<size_t>(T * 2 * d));  // [T, 2d]
@@ -280,7 +284,7 @@ Status DeepseekV32Model::mtp_logits(const ExecContext& ctx, const ForwardBatch& 
   rms_norm_bf16(ctx, normed.data(), mtp_->shared_head_norm, normed.data(), num_rows, d, eps);
   tap(taps, mtp_layer_id, "final_norm", normed.data(), {num_rows, d});
   if (mtp_->head) {
-    mtp_->head->forward(ctx, normed.data(), num_rows, out_logits);
+    head_logits(ctx, *mtp_->head, normed.data(), num_rows, out_logits);
   } else {
     std::vector<int64_t> rows(static_cast<size_t>(num_rows));
     for (int64_t r = 0; r < num_rows; ++r) rows[static_cast<size_t>(r)] = r;

@@ -176,10 +176,11 @@ Result<std::unique_ptr<CausalLm>> load_kimi_linear_model(
   if (config.attn_res_block_size)
     parts.final_attn_res_query = attn_res_folded_query(w.final_res.proj, w.final_res.norm);
   const LayerSchedule schedule = kimi_linear_schedule(config);
-  parts.comm = shard.is_whole() ? nullptr : options.comm;
+  parts.comm = options.tp_group();
   for (size_t i = 0; i < schedule.layers.size(); ++i)
     parts.layers.push_back(make_decoder_layer(layer_config(config, schedule.layers[i]),
-                                              std::move(w.layers[i]), shard, options.comm));
+                                              std::move(w.layers[i]), shard, options.tp_group(),
+                                              options.expert_group()));
   parts.checkpoint = std::move(checkpoint);
   return std::unique_ptr<CausalLm>(std::make_unique<HybridModel>(std::move(parts)));
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <string_view>
@@ -322,9 +323,24 @@ MoeBlock::MoeBlock(MoeConfig config, MoeWeights weights)
     held_.push_back(expert.gate_proj.out_features() > 0);
   const auto first_held = std::find(held_.begin(), held_.end(), true);
   DZ_CHECK(first_held != held_.end(), "MoE: no routed expert loaded");
-  DZ_CHECK(config_.output_is_partial ||
-               std::all_of(held_.begin(), held_.end(), [](bool h) { return h; }),
-           "MoE: a single-process block must hold every routed expert");
+  if (config_.expert_comm != nullptr) {
+    // Expert parallelism: rank i of N holds experts [i·E/N, (i+1)·E/N), as exchange_routed sends.
+    const int ranks = config_.expert_comm->size(), me = config_.expert_comm->rank();
+    const int64_t per_rank = config_.num_experts / ranks;
+    DZ_CHECK(per_rank * ranks == config_.num_experts, "MoE: {} experts over {} ranks",
+             config_.num_experts, ranks);
+    DZ_CHECK(
+        config_.token_share.index >= 0 && config_.token_share.index < config_.token_share.count,
+        "MoE: token share {} of {}", config_.token_share.index, config_.token_share.count);
+    for (int64_t e = 0; e < config_.num_experts; ++e)
+      DZ_CHECK(held_[static_cast<size_t>(e)] == (e / per_rank == me),
+               "MoE: rank {} of {} must hold exactly experts [{}, {})", me, ranks, me * per_rank,
+               (me + 1) * per_rank);
+  } else {
+    DZ_CHECK(config_.output_is_partial ||
+                 std::all_of(held_.begin(), held_.end(), [](bool h) { return h; }),
+             "MoE: a single-process block must hold every routed expert");
+  }
   expert_width_ =
       weights_.experts[static_cast<size_t>(first_held - held_.begin())].gate_proj.in_features();
   // The latent norm needs the whole routed sum: a rank holding some experts sums it with its peers.
@@ -371,20 +387,276 @@ MoeBlock::MoeBlock(MoeConfig config, MoeWeights weights)
                                                       config_.num_experts, hidden_size_);
 }
 
+size_t MoeBlock::routed_scratch_bytes(int64_t num_rows, int64_t num_slots) const {
+  const int64_t d = hidden_size_, r = expert_width_;
+  // slot outputs [S, r]; an expert's gathered rows [R, r], output [R, max(d, r)], gate and up.
+  return floats_bytes(num_slots * r) + floats_bytes(num_rows * r) +
+         floats_bytes(num_rows * std::max(d, r)) + 2 * floats_bytes(num_rows * max_intermediate_);
+}
+
 size_t MoeBlock::scratch_bytes(int64_t max_tokens) const {
   const int64_t d = hidden_size_, r = expert_width_;
-  // logits, FP32 sum [T, d], slot outputs [T·k, r], gathered rows [T, r], expert output
-  // [T, max(d, r)], gate and up; latent: z, the routed sum and a rank's columns of it [T, r].
+  // router logits, the FP32 sum [T, d], the routed experts' work; latent: z, the routed sum and
+  // a rank's columns of it [T, r]; the shared experts reuse the routed work's buffers.
   return floats_bytes(max_tokens * config_.num_experts) + floats_bytes(max_tokens * d) +
-         floats_bytes(max_tokens * config_.num_experts_per_tok * r) + floats_bytes(max_tokens * r) +
-         floats_bytes(max_tokens * std::max(d, r)) +
-         2 * floats_bytes(max_tokens * max_intermediate_) +
+         routed_scratch_bytes(max_tokens, max_tokens * config_.num_experts_per_tok) +
          (weights_.latent_down_proj ? 3 * floats_bytes(max_tokens * r) : 0);
+}
+
+void MoeBlock::run_routed(const ExecContext& ctx, const float* rows, int64_t num_rows,
+                          const RoutedSlots& slots, float* row_sums, Arena& scratch) const {
+  const int64_t d = hidden_size_, r = expert_width_, num_experts = config_.num_experts;
+  const auto num_slots = static_cast<int64_t>(slots.row.size());
+  // Slots grouped by expert: a counting sort keeps each expert's rows in order.
+  std::vector<int64_t> expert_begin(static_cast<size_t>(num_experts + 1), 0);
+  for (int32_t id : slots.expert) {
+    DZ_CHECK(id >= 0 && id < num_experts, "MoE routing: expert id {} of {}", id, num_experts);
+    ++expert_begin[id + 1];
+  }
+  std::partial_sum(expert_begin.begin(), expert_begin.end(), expert_begin.begin());
+  std::vector<int64_t> fill(expert_begin.begin(), expert_begin.end() - 1);
+  std::vector<int64_t> slot_row(static_cast<size_t>(num_slots));
+  std::vector<float> slot_weight(slot_row.size());
+  for (int64_t s = 0; s < num_slots; ++s) {
+    const int64_t at = fill[slots.expert[s]]++;
+    slot_row[at] = slots.row[s];
+    slot_weight[at] = slots.weight[s];
+  }
+  // Each row's slots in slot order, which is expert order (compressed rows).
+  std::vector<int64_t> row_begin(static_cast<size_t>(num_rows + 1), 0);
+  for (int64_t row : slot_row) ++row_begin[row + 1];
+  std::partial_sum(row_begin.begin(), row_begin.end(), row_begin.begin());
+  std::vector<int64_t> row_fill(row_begin.begin(), row_begin.end() - 1);
+  std::vector<int64_t> row_slots(slot_row.size());
+  for (int64_t s = 0; s < num_slots; ++s) row_slots[row_fill[slot_row[s]]++] = s;
+
+  float* slot_out = take_floats(scratch, num_slots * r);  // weighted output of each slot
+  float* gathered = take_floats(scratch, num_rows * r);
+  float* expert_out = take_floats(scratch, num_rows * std::max(d, r));
+  float* gate = take_floats(scratch, num_rows * max_intermediate_);
+  float* up = take_floats(scratch, num_rows * max_intermediate_);
+  // Expert e on its rows into the rows of its slots (weight applied), with the given buffers.
+  const auto run_expert = [&](const ExecContext& on, int64_t e, float* in_rows, float* out_rows,
+                              float* gate_rows, float* up_rows) {
+    const int64_t begin = expert_begin[e], count = expert_begin[e + 1] - begin;
+    for (int64_t i = 0; i < count; ++i)
+      std::copy_n(rows + slot_row[begin + i] * r, r, in_rows + i * r);
+    gated_into(on, weights_.experts[e], config_.activation, in_rows, count, out_rows, gate_rows,
+               up_rows);
+    for (int64_t i = 0; i < count; ++i) {
+      const float w = slot_weight[begin + i];
+      float* dst = slot_out + (begin + i) * r;
+      for (int64_t j = 0; j < r; ++j) dst[j] = w * out_rows[i * r + j];
+    }
+  };
+  // Experts with many rows (prefill) one after another, each on every thread; experts with a
+  // few (decode: 1–2 tokens each at batch 16) spread over the threads, one thread each, in one
+  // parallel region: a call per expert on all threads forks and joins them for ≈ 1–3 MiB of
+  // weights and restarts every thread's DRAM stream (docs/performance.md, issue 17).
+  std::vector<int64_t> few;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const int64_t count = expert_begin[e + 1] - expert_begin[e];
+    if (count == 0) continue;
+    if (!held_[static_cast<size_t>(e)]) {  // another rank's expert: contributes nothing here
+      std::fill_n(slot_out + expert_begin[e] * r, count * r, 0.0f);
+      continue;
+    }
+    if (count <= kFewTokensPerExpert && ctx.num_threads > 1)
+      few.push_back(e);
+    else
+      run_expert(ctx, e, gathered, expert_out, gate, up);
+  }
+  parallel_for(ctx, static_cast<int64_t>(few.size()), 1, [&](int64_t begin, int64_t end) {
+    // Per-thread buffers for kFewTokensPerExpert rows (thread_local: one set per worker).
+    thread_local std::vector<float> buffers;
+    const int64_t n = kFewTokensPerExpert;
+    buffers.resize(static_cast<size_t>(n * (r + std::max(d, r) + 2 * max_intermediate_)));
+    float* in_rows = buffers.data();
+    float* out_rows = in_rows + n * r;
+    float* gate_rows = out_rows + n * std::max(d, r);
+    float* up_rows = gate_rows + n * max_intermediate_;
+    for (int64_t i = begin; i < end; ++i)
+      run_expert(ExecContext{.num_threads = 1}, few[static_cast<size_t>(i)], in_rows, out_rows,
+                 gate_rows, up_rows);
+  });
+  // Each row's slots summed in expert order: the order of one expert after another, whichever
+  // thread ran which expert.
+  parallel_for(ctx, num_rows, 8, [&](int64_t row_first, int64_t row_end) {
+    for (int64_t row = row_first; row < row_end; ++row) {
+      float* dst = row_sums + row * r;
+      std::fill_n(dst, r, 0.0f);
+      for (int64_t i = row_begin[row]; i < row_begin[row + 1]; ++i) {
+        const float* src = slot_out + row_slots[i] * r;
+        for (int64_t j = 0; j < r; ++j) dst[j] += src[j];
+      }
+    }
+  });
+}
+
+namespace {
+
+// One dispatched record: the choices of one token on one rank. Its bytes: the choice count, the
+// token's row as BF16 (exact: the experts' input is BF16-valued), then per choice the expert id and
+// the FP32 weight (docs/parallel.md §3).
+int64_t record_bytes(int64_t width, int64_t choices) {
+  return 4 + 2 * width + 8 * choices;
+}
+
+template <typename T>
+void put(std::byte*& at, T value) {
+  std::memcpy(at, &value, sizeof(T));
+  at += sizeof(T);
+}
+
+template <typename T>
+T take(const std::byte*& at) {
+  T value;
+  std::memcpy(&value, at, sizeof(T));
+  at += sizeof(T);
+  return value;
+}
+
+}  // namespace
+
+void MoeBlock::exchange_routed(const ExecContext& ctx, const RoutingResult& routing,
+                               const float* rows, int64_t num_tokens, float* routed_sum,
+                               int layer_id) const {
+  dist::Comm& comm = *config_.expert_comm;
+  const int ranks = comm.size(), me = comm.rank();
+  const int64_t r = expert_width_, k = config_.num_experts_per_tok;
+  const int64_t per_rank = config_.num_experts / ranks;
+  const auto owner = [per_rank](int32_t expert) { return static_cast<int>(expert / per_rank); };
+  // This rank's share of its group's tokens: [first, first + count).
+  const std::vector<int64_t> shares = dist::even_split(num_tokens, config_.token_share.count);
+  const int64_t first =
+      std::accumulate(shares.begin(), shares.begin() + config_.token_share.index, int64_t{0});
+  const int64_t count = shares[static_cast<size_t>(config_.token_share.index)];
+
+  // Each share token's choices in expert order, so those on one rank are consecutive and the
+  // ranks come in order.
+  std::vector<std::pair<int32_t, float>> choices(static_cast<size_t>(count * k));
+  for (int64_t t = 0; t < count; ++t) {
+    auto* mine = choices.data() + t * k;
+    for (int64_t i = 0; i < k; ++i)
+      mine[i] = {routing.expert_ids[(first + t) * k + i], routing.weights[(first + t) * k + i]};
+    std::sort(mine, mine + k);
+  }
+  // Calls f(t, rank, first choice, choice count) for each rank holding some of token t's experts.
+  const auto for_each_rank_of = [&](int64_t t, auto&& f) {
+    const auto* c = choices.data() + t * k;
+    for (int64_t i = 0; i < k;) {
+      const int dest = owner(c[i].first);
+      int64_t n = 1;
+      while (i + n < k && owner(c[i + n].first) == dest) ++n;
+      f(dest, c + i, n);
+      i += n;
+    }
+  };
+
+  // Dispatch: the rows go to the ranks holding their experts, the choices on this rank stay.
+  std::vector<int64_t> send_bytes(static_cast<size_t>(ranks), 0);
+  std::vector<int64_t> records_to(send_bytes.size(), 0);
+  for (int64_t t = 0; t < count; ++t)
+    for_each_rank_of(t, [&](int dest, const auto*, int64_t n) {
+      if (dest == me) return;
+      send_bytes[static_cast<size_t>(dest)] += record_bytes(r, n);
+      ++records_to[static_cast<size_t>(dest)];
+    });
+  std::vector<int64_t> send_at(send_bytes.size(), 0);
+  std::exclusive_scan(send_bytes.begin(), send_bytes.end(), send_at.begin(), int64_t{0});
+  std::vector<std::byte> send(static_cast<size_t>(send_at.back() + send_bytes.back()));
+  RoutedSlots slots;
+  for (int64_t t = 0; t < count; ++t)
+    for_each_rank_of(t, [&](int dest, const auto* c, int64_t n) {
+      if (dest == me) {
+        for (int64_t i = 0; i < n; ++i) slots.add(t, c[i].first, c[i].second);
+        return;
+      }
+      std::byte* at = send.data() + send_at[static_cast<size_t>(dest)];
+      put(at, static_cast<int32_t>(n));
+      for (int64_t j = 0; j < r; ++j) put(at, formats::encode_bf16(rows[(first + t) * r + j]));
+      for (int64_t i = 0; i < n; ++i) {
+        put(at, c[i].first);
+        put(at, c[i].second);
+      }
+      send_at[static_cast<size_t>(dest)] = at - send.data();
+    });
+  const std::vector<int64_t> recv_bytes = comm.exchange_counts(send_bytes, layer_id);
+  std::vector<std::byte> recv(
+      static_cast<size_t>(std::accumulate(recv_bytes.begin(), recv_bytes.end(), int64_t{0})));
+  comm.all_to_all(send, send_bytes, recv, recv_bytes, dist::WireType::kU8, layer_id);
+
+  // The rows to run here: the share's own, then every received record's.
+  std::vector<int64_t> records_from(recv_bytes.size(), 0);
+  std::vector<float> in_rows(static_cast<size_t>(count * r));
+  std::copy_n(rows + first * r, count * r, in_rows.begin());
+  const std::byte* at = recv.data();
+  for (int source = 0; source < ranks; ++source) {
+    const std::byte* end = at + recv_bytes[static_cast<size_t>(source)];
+    while (at < end) {
+      const auto n = take<int32_t>(at);
+      DZ_CHECK(n >= 1 && n <= k && at + record_bytes(r, n) - 4 <= end,
+               "MoE dispatch from rank {}: a record of {} choices", source, n);
+      const int64_t row = static_cast<int64_t>(in_rows.size()) / r;
+      for (int64_t j = 0; j < r; ++j) in_rows.push_back(formats::decode_bf16(take<uint16_t>(at)));
+      for (int32_t i = 0; i < n; ++i) {
+        const auto expert = take<int32_t>(at);
+        const auto weight = take<float>(at);
+        DZ_CHECK(owner(expert) == me, "MoE dispatch: expert {} sent to rank {}", expert, me);
+        slots.add(row, expert, weight);
+      }
+      ++records_from[static_cast<size_t>(source)];
+    }
+  }
+  const int64_t num_rows = static_cast<int64_t>(in_rows.size()) / r;
+  const size_t bytes = routed_scratch_bytes(num_rows, static_cast<int64_t>(slots.row.size())) +
+                       floats_bytes(num_rows * r);
+  if (exchange_scratch_ == nullptr || exchange_scratch_->capacity_bytes() < bytes)
+    exchange_scratch_ = std::make_unique<Arena>(bytes);
+  exchange_scratch_->reset();
+  float* row_sums = take_floats(*exchange_scratch_, num_rows * r);
+  run_routed(ctx, in_rows.data(), num_rows, slots, row_sums, *exchange_scratch_);
+
+  // Combine: each received record's weighted sum goes back to its source, in the order received.
+  std::vector<int64_t> reply_counts(records_from.size()), result_counts(records_to.size());
+  for (size_t i = 0; i < records_from.size(); ++i) {
+    reply_counts[i] = records_from[i] * r;
+    result_counts[i] = records_to[i] * r;
+  }
+  std::vector<float> results(
+      static_cast<size_t>(std::accumulate(result_counts.begin(), result_counts.end(), int64_t{0})));
+  comm.all_to_all(
+      std::as_bytes(std::span(row_sums + count * r, static_cast<size_t>((num_rows - count) * r))),
+      reply_counts, std::as_writable_bytes(std::span(results)), result_counts, dist::WireType::kF32,
+      layer_id);
+
+  // Each share token's routed sum: the ranks' partial sums in rank order (ranks hold consecutive
+  // experts, so this is expert order in blocks). The other tokens' rows stay zero.
+  if (num_tokens == 0) return;
+  std::fill_n(routed_sum, num_tokens * r, 0.0f);
+  std::vector<int64_t> result_at(result_counts.size(), 0);
+  std::exclusive_scan(result_counts.begin(), result_counts.end(), result_at.begin(), int64_t{0});
+  for (int64_t t = 0; t < count; ++t) {
+    float* dst = routed_sum + (first + t) * r;
+    for_each_rank_of(t, [&](int dest, const auto*, int64_t) {
+      const float* part = row_sums + t * r;
+      if (dest != me) {
+        part = results.data() + result_at[static_cast<size_t>(dest)];
+        result_at[static_cast<size_t>(dest)] += r;
+      }
+      for (int64_t j = 0; j < r; ++j) dst[j] += part[j];
+    });
+  }
 }
 
 void MoeBlock::forward(const ExecContext& ctx, const float* x, int64_t num_tokens, float* out,
                        Arena& scratch, TapSink* taps, int layer_id) const {
-  if (num_tokens <= 0) return;
+  const bool exchange = config_.expert_comm != nullptr;
+  if (num_tokens <= 0) {
+    // A data-parallel group without tokens this step still runs its experts for the others.
+    if (exchange) exchange_routed(ctx, RoutingResult{}, nullptr, 0, nullptr, layer_id);
+    return;
+  }
   const int64_t d = hidden_size_, r = expert_width_, num_experts = config_.num_experts;
   const int64_t k = config_.num_experts_per_tok;
   const bool latent = weights_.latent_down_proj.has_value();
@@ -422,33 +694,7 @@ void MoeBlock::forward(const ExecContext& ctx, const float* x, int64_t num_token
     }
   }
 
-  // Group (token, weight) pairs by expert: a counting sort keeps tokens in order per expert.
-  std::vector<int64_t> expert_begin(static_cast<size_t>(num_experts + 1), 0);
-  for (int32_t id : routing->expert_ids) {
-    DZ_CHECK(id >= 0 && id < num_experts, "MoE routing: expert id {} of {}", id, num_experts);
-    ++expert_begin[id + 1];
-  }
-  std::partial_sum(expert_begin.begin(), expert_begin.end(), expert_begin.begin());
-  std::vector<int64_t> fill(expert_begin.begin(), expert_begin.end() - 1);
-  std::vector<int64_t> slot_token(static_cast<size_t>(num_tokens * k));
-  std::vector<float> slot_weight(slot_token.size());
-  std::vector<int64_t> token_slots(slot_token.size());  // [T, k]: the slots of each token
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    for (int64_t i = 0; i < k; ++i) {
-      const int32_t id = routing->expert_ids[t * k + i];
-      const int64_t slot = fill[id]++;
-      slot_token[slot] = t;
-      slot_weight[slot] = routing->weights[t * k + i];
-      token_slots[t * k + i] = slot;
-    }
-  }
-
   float* sum = take_floats(scratch, num_tokens * d);
-  float* slot_out = take_floats(scratch, num_tokens * k * r);  // weighted output of each slot
-  float* gathered = take_floats(scratch, num_tokens * r);
-  float* expert_out = take_floats(scratch, num_tokens * std::max(d, r));
-  float* gate = take_floats(scratch, num_tokens * max_intermediate_);
-  float* up = take_floats(scratch, num_tokens * max_intermediate_);
   // The routed experts' input and FP32 sum: x and `sum` itself, or z and y_lat when latent.
   const float* expert_in = x;
   float* routed_sum = sum;
@@ -460,64 +706,17 @@ void MoeBlock::forward(const ExecContext& ctx, const float* x, int64_t num_token
     expert_in = z;
     routed_sum = take_floats(scratch, num_tokens * r);
   }
-
-  // Expert e on its tokens into the rows of its slots (weight applied), with the given buffers.
-  const auto run_expert = [&](const ExecContext& on, int64_t e, float* rows, float* out_rows,
-                              float* gate_rows, float* up_rows) {
-    const int64_t begin = expert_begin[e], count = expert_begin[e + 1] - begin;
-    for (int64_t i = 0; i < count; ++i)
-      std::copy_n(expert_in + slot_token[begin + i] * r, r, rows + i * r);
-    gated_into(on, weights_.experts[e], config_.activation, rows, count, out_rows, gate_rows,
-               up_rows);
-    for (int64_t i = 0; i < count; ++i) {
-      const float w = slot_weight[begin + i];
-      float* dst = slot_out + (begin + i) * r;
-      for (int64_t j = 0; j < r; ++j) dst[j] = w * out_rows[i * r + j];
-    }
-  };
-  // Experts with many tokens (prefill) one after another, each on every thread; experts with a
-  // few (decode: 1–2 tokens each at batch 16) spread over the threads, one thread each, in one
-  // parallel region: a call per expert on all threads forks and joins them for ≈ 1–3 MiB of
-  // weights and restarts every thread's DRAM stream (docs/performance.md, issue 17).
-  std::vector<int64_t> few;
-  for (int64_t e = 0; e < num_experts; ++e) {
-    const int64_t count = expert_begin[e + 1] - expert_begin[e];
-    if (count == 0) continue;
-    if (!held_[static_cast<size_t>(e)]) {  // another rank's expert: contributes nothing here
-      std::fill_n(slot_out + expert_begin[e] * r, count * r, 0.0f);
-      continue;
-    }
-    if (count <= kFewTokensPerExpert && ctx.num_threads > 1)
-      few.push_back(e);
-    else
-      run_expert(ctx, e, gathered, expert_out, gate, up);
+  const size_t routed_work = scratch.mark();
+  if (exchange) {
+    exchange_routed(ctx, *routing, expert_in, num_tokens, routed_sum, layer_id);
+  } else {
+    RoutedSlots slots;
+    for (int64_t t = 0; t < num_tokens; ++t)
+      for (int64_t i = 0; i < k; ++i)
+        slots.add(t, routing->expert_ids[t * k + i], routing->weights[t * k + i]);
+    run_routed(ctx, expert_in, num_tokens, slots, routed_sum, scratch);
   }
-  parallel_for(ctx, static_cast<int64_t>(few.size()), 1, [&](int64_t begin, int64_t end) {
-    // Per-thread buffers for kFewTokensPerExpert tokens (thread_local: one set per worker).
-    thread_local std::vector<float> buffers;
-    const int64_t n = kFewTokensPerExpert;
-    buffers.resize(static_cast<size_t>(n * (r + std::max(d, r) + 2 * max_intermediate_)));
-    float* rows = buffers.data();
-    float* out_rows = rows + n * r;
-    float* gate_rows = out_rows + n * std::max(d, r);
-    float* up_rows = gate_rows + n * max_intermediate_;
-    for (int64_t i = begin; i < end; ++i)
-      run_expert(ExecContext{.num_threads = 1}, few[static_cast<size_t>(i)], rows, out_rows,
-                 gate_rows, up_rows);
-  });
-  // Each token's slots summed in expert order (slots are numbered expert by expert): the order of
-  // one expert after another, whichever thread ran which expert.
-  parallel_for(ctx, num_tokens, 8, [&](int64_t t_begin, int64_t t_end) {
-    std::vector<int64_t> slots(static_cast<size_t>(k));
-    for (int64_t t = t_begin; t < t_end; ++t) {
-      std::copy_n(token_slots.begin() + t * k, k, slots.begin());
-      std::sort(slots.begin(), slots.end());
-      float* dst = routed_sum + t * r;
-      std::fill_n(dst, r, 0.0f);
-      for (int64_t slot : slots)
-        for (int64_t j = 0; j < r; ++j) dst[j] += slot_out[slot * r + j];
-    }
-  });
+  scratch.release(routed_work);
   if (latent) {
     // The norm sees the whole routed sum (docs/models.md §6.3), then the up projection's FP32
     // output starts the block sum, unrounded. Over ranks: the sum of every rank's experts first,
@@ -540,6 +739,9 @@ void MoeBlock::forward(const ExecContext& ctx, const float* x, int64_t num_token
       weights_.latent_up_proj->forward(ctx, mine, num_tokens, sum);
     }
   }
+  float* expert_out = take_floats(scratch, num_tokens * d);
+  float* gate = take_floats(scratch, num_tokens * max_intermediate_);
+  float* up = take_floats(scratch, num_tokens * max_intermediate_);
   for (const MlpWeights& shared : weights_.shared_experts) {
     gated_into(ctx, shared, config_.activation, x, num_tokens, expert_out, gate, up);
     for (int64_t e = 0; e < num_tokens * d; ++e) sum[e] += expert_out[e];

@@ -5,6 +5,7 @@
 // unscaled; and K3's latent MoE (§6.3), whose routed experts run in a narrower latent space.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -84,6 +85,16 @@ struct MoeConfig {
   // norm (which needs all of it); each rank then up-projects its r / N columns (the up
   // projection is split by row), so the result joins the FFN's all-reduce once.
   dist::Comm* latent_comm = nullptr;
+  // Expert parallelism (--ep > 1, docs/parallel.md §1): the ranks routed experts are split over
+  // (all tp · ep of them, rank i holding experts [i·E/N, (i+1)·E/N)). Each rank sends its share of
+  // its group's tokens to the ranks holding their experts and gets their weighted outputs back;
+  // the other tokens' routed outputs are zero here (their share's rank has them). Null: every
+  // rank runs its own experts on every token (one process, or --ep 1).
+  dist::Comm* expert_comm = nullptr;
+  struct TokenShare {
+    int index = 0;  // the rank's place in its TP group
+    int count = 1;  // the group's ranks
+  } token_share = {};
 };
 
 struct MoeWeights {
@@ -133,10 +144,34 @@ class MoeBlock {
   // Latent: routing and shared experts on x; z = round_bf16(latent_down(x)) (tap "latent_in"
   // [T, r]); y_lat = Σ_e w_e·Expert_e(z) in FP32; out = round_bf16(latent_up(round_bf16(
   // RMSNorm(y_lat))) + Σ shared(x)), or round_bf16(y_lat) into latent_up without a norm.
+  // Under expert parallelism every rank calls it for every layer, with num_tokens 0 where its
+  // group has no tokens this step: it still runs its experts on the tokens others send it.
   void forward(const ExecContext& ctx, const float* x, int64_t num_tokens, float* out,
                Arena& scratch, TapSink* taps, int layer_id) const;
 
  private:
+  // The (row, expert, weight) choices one forward runs on this rank, in any order.
+  struct RoutedSlots {
+    std::vector<int64_t> row;
+    std::vector<int32_t> expert;
+    std::vector<float> weight;
+    void add(int64_t r, int32_t e, float w) {
+      row.push_back(r);
+      expert.push_back(e);
+      weight.push_back(w);
+    }
+  };
+  // row_sums [num_rows, r] = for each row the FP32 sum, in expert order, of weight · Expert(row)
+  // over its slots (zero for a row without any). Each expert runs one GEMM over its rows.
+  void run_routed(const ExecContext& ctx, const float* rows, int64_t num_rows,
+                  const RoutedSlots& slots, float* row_sums, Arena& scratch) const;
+  // Expert parallelism: routed_sum [T, r] for this rank's share of the T tokens (the other rows
+  // zero), from the experts of every rank: dispatch, run, combine (docs/parallel.md §3).
+  void exchange_routed(const ExecContext& ctx, const RoutingResult& routing, const float* rows,
+                       int64_t num_tokens, float* routed_sum, int layer_id) const;
+  // What run_routed takes from `scratch` for num_rows rows and num_slots slots.
+  size_t routed_scratch_bytes(int64_t num_rows, int64_t num_slots) const;
+
   MoeConfig config_;
   MoeWeights weights_;
   int64_t hidden_size_ = 0;
@@ -151,6 +186,9 @@ class MoeBlock {
   // accumulating x·Wgᵀ; empty if some gate value is not BF16, then the scalar loop runs.
   kernels::LinearWeight router_;
   bool router_is_bf16_ = false;
+  // Expert parallelism: the tokens other ranks send are not bounded by this rank's batch, so
+  // their scratch grows as needed.
+  mutable std::unique_ptr<Arena> exchange_scratch_;
 };
 
 }  // namespace dz::model

@@ -88,7 +88,7 @@ void ServerMetrics::update_engine(const runtime::EngineMetrics& m) {
     registry_
         .counter("dist_bytes_received_total",
                  "Bytes rank 0 received from other ranks, by layer (-1: embedding and head; "
-                 "step: step descriptions) and collective.",
+                 "step: step descriptions and gathered logits) and collective.",
                  lk)
         .advance_to(static_cast<double>(counts.bytes_received));
     registry_.counter("dist_bytes_sent_total", "Bytes rank 0 sent to other ranks, as received.", lk)
