@@ -255,30 +255,29 @@ void StepLeader::send(int64_t kind, const KvCache* cache, const ForwardBatch* ba
 
 Status StepLeader::forward(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
                            std::span<const int64_t> logits_rows, float* out_logits, TapSink* taps) {
-  if (plan_.ep == 1) {
-    send(kForward, &cache, &batch, logits_rows);
-    return model_->forward(ctx, batch, cache, logits_rows, out_logits, taps);
-  }
-  DZ_RETURN_IF_ERROR(check_step(batch, logits_rows, vocab_size()));
-  const std::vector<int64_t> groups = assign_groups(batch, cache);
-  send(kForward, &cache, &batch, logits_rows, groups);
-  return run_group_step(*model_, comm_, plan_, ctx, false, batch, cache, logits_rows, groups,
-                        out_logits, taps);
+  return step(false, ctx, batch, cache, logits_rows, out_logits, taps);
 }
 
 Status StepLeader::forward_mtp(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
                                std::span<const int64_t> logits_rows, float* out_logits,
                                TapSink* taps) {
-  if (plan_.ep > 1) {
-    // The MTP batch's sequences keep their groups (the same first blocks as the last forward's).
-    DZ_RETURN_IF_ERROR(check_step(batch, logits_rows, vocab_size()));
-    const std::vector<int64_t> groups = assign_groups(batch, cache);
-    send(kForwardMtp, &cache, &batch, logits_rows, groups);
-    return run_group_step(*model_, comm_, plan_, ctx, true, batch, cache, logits_rows, groups,
-                          out_logits, taps);
+  return step(true, ctx, batch, cache, logits_rows, out_logits, taps);
+}
+
+Status StepLeader::step(bool mtp, const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
+                        std::span<const int64_t> logits_rows, float* out_logits, TapSink* taps) {
+  const int64_t kind = mtp ? kForwardMtp : kForward;
+  if (plan_.ep == 1) {
+    send(kind, &cache, &batch, logits_rows);
+    return mtp ? model_->forward_mtp(ctx, batch, cache, logits_rows, out_logits, taps)
+               : model_->forward(ctx, batch, cache, logits_rows, out_logits, taps);
   }
-  send(kForwardMtp, &cache, &batch, logits_rows);
-  return model_->forward_mtp(ctx, batch, cache, logits_rows, out_logits, taps);
+  DZ_RETURN_IF_ERROR(check_step(batch, logits_rows, vocab_size()));
+  // An MTP batch's sequences keep the groups of the forward before it (the same first blocks).
+  const std::vector<int64_t> groups = assign_groups(batch, cache);
+  send(kind, &cache, &batch, logits_rows, groups);
+  return run_group_step(*model_, comm_, plan_, ctx, mtp, batch, cache, logits_rows, groups,
+                        out_logits, taps);
 }
 
 void StepLeader::cache_created(KvCache& cache) {

@@ -54,6 +54,9 @@ class StepLeader final : public CausalLm {
   void copy_state_slot(KvCache& cache, int32_t from, int32_t to) override;
 
  private:
+  // forward() or forward_mtp() on every rank.
+  Status step(bool mtp, const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
+              std::span<const int64_t> logits_rows, float* out_logits, TapSink* taps);
   // Broadcasts one step description: kind (model/step_broadcast.cpp), and what a forward needs.
   void send(int64_t kind, const KvCache* cache, const ForwardBatch* batch,
             std::span<const int64_t> logits_rows, std::span<const int64_t> groups = {});
