@@ -378,7 +378,10 @@ class ServerAuthOverloadTest(unittest.TestCase):
         queued = None
         try:
             self.assertTrue(read_head(running).startswith(b"HTTP/1.1 200"))
-            running.recv(1)  # the first chunk: the running request holds the slot
+            # The running request holds the slot once the engine runs it (its first bytes may be
+            # a keep-alive comment of its own while it waits, on a slow multi-rank server).
+            self.assertTrue(wait_until(
+                lambda: metric(self.b.metrics(), "vllm:num_requests_running") == 1, timeout=10))
             queued = self.b.open_stream("/v1/completions", body, auth, timeout=10)
             raw = b""
             deadline = time.monotonic() + 10

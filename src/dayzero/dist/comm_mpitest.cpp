@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "dayzero/dist/mpi_comm.h"
+#include "dayzero/dist/mpi_test_main.h"
 #include "dayzero/formats/codecs.h"
 
 namespace dz::dist {
@@ -219,19 +220,8 @@ int deadline_drill(double timeout_s) {
 }  // namespace dz::dist
 
 int main(int argc, char** argv) {
-  auto session = dz::dist::MpiSession::start();
-  if (!session.ok()) {
-    std::fprintf(stderr, "%s\n", session.status().to_string().c_str());
-    return 2;
-  }
+  const auto session = dz::dist::start_mpi_for_tests();
+  if (session == nullptr) return 2;
   if (argc > 1 && std::string(argv[1]) == "--deadline-drill") return dz::dist::deadline_drill(1.0);
-  ::testing::InitGoogleTest(&argc, argv);
-  std::unique_ptr<dz::dist::MpiComm> world = dz::dist::MpiComm::world(60.0);
-  dz::dist::g_world = world.get();
-  const int failed = RUN_ALL_TESTS();
-  // Every rank's verdict decides the exit status of every rank.
-  std::vector<float> any = {static_cast<float>(failed != 0)};
-  world->all_reduce_sum(any, -1);
-  world.reset();
-  return any[0] > 0 ? 1 : 0;
+  return dz::dist::run_mpi_tests(&argc, argv, dz::dist::g_world);
 }
