@@ -106,6 +106,16 @@ void Comm::all_reduce_sum(std::span<float> data, int layer, WireType wire) {
     stats_->add({layer, CommOp::kAllReduce}, 0, 0);
     return;
   }
+  // Sent: every other chunk, then mine to every other rank: as much as is received.
+  const int64_t received = all_reduce_received_bytes(n, ranks, rank(), wire);
+  stats_->add({layer, CommOp::kAllReduce}, received, received);
+  if (ranks == 2) {
+    // Two ranks: one all-gather of both partial vectors, summed on each in rank order: the same
+    // bits and bytes as the general form below (n·s received), in one MPI call instead of two
+    // (most of a small decode all-reduce's time, docs/performance.md).
+    sum_all_parts(data, wire, layer);
+    return;
+  }
   // Reduce-scatter as an all-to-all of chunks summed here in rank order, then an all-gather: each
   // element is reduced once, so every rank holds the same bits, and the order does not depend on
   // the algorithm MPI picks for the message size.
@@ -121,9 +131,32 @@ void Comm::all_reduce_sum(std::span<float> data, int layer, WireType wire) {
     for (int64_t i = 0; i < n; ++i)
       data[i] = formats::decode_bf16(gathered[static_cast<size_t>(i)]);
   }
-  // Sent: every other chunk, then mine to every other rank: as much as is received.
-  const int64_t received = all_reduce_received_bytes(n, ranks, rank(), wire);
-  stats_->add({layer, CommOp::kAllReduce}, received, received);
+}
+
+void Comm::sum_all_parts(std::span<float> data, WireType wire, int layer) {
+  const int ranks = size();
+  const auto n = static_cast<int64_t>(data.size());
+  const std::vector<int64_t> whole(static_cast<size_t>(ranks), n);
+  std::vector<float> sum(data.size(), 0.0f);
+  if (wire == WireType::kF32) {
+    std::vector<float> parts(data.size() * static_cast<size_t>(ranks));
+    do_all_gather(data.data(), parts.data(), whole, wire, CommOp::kAllReduce, layer);
+    for (int source = 0; source < ranks; ++source)
+      for (int64_t i = 0; i < n; ++i)
+        sum[static_cast<size_t>(i)] += parts[static_cast<size_t>(source * n + i)];
+    std::copy(sum.begin(), sum.end(), data.begin());
+    return;
+  }
+  std::vector<uint16_t> encoded(data.size());
+  for (size_t i = 0; i < data.size(); ++i) encoded[i] = formats::encode_bf16(data[i]);
+  std::vector<uint16_t> parts(data.size() * static_cast<size_t>(ranks));
+  do_all_gather(encoded.data(), parts.data(), whole, wire, CommOp::kAllReduce, layer);
+  for (int source = 0; source < ranks; ++source)
+    for (int64_t i = 0; i < n; ++i)
+      sum[static_cast<size_t>(i)] +=
+          formats::decode_bf16(parts[static_cast<size_t>(source * n + i)]);
+  for (int64_t i = 0; i < n; ++i)
+    data[static_cast<size_t>(i)] = formats::round_to_bf16(sum[static_cast<size_t>(i)]);
 }
 
 std::vector<float> Comm::sum_my_chunk(std::span<const float> send, WireType wire,

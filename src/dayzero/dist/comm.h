@@ -129,6 +129,9 @@ class Comm {
   // arrive here: the reduce-scatter half of every sum.
   std::vector<float> sum_my_chunk(std::span<const float> send, WireType wire,
                                   std::span<const int64_t> chunks, CommOp op, int layer);
+  // Every rank's whole `data` gathered and summed here in rank order, in FP32 (as `wire`
+  // travels, rounded to BF16 once with kBf16): the all-reduce of two ranks.
+  void sum_all_parts(std::span<float> data, WireType wire, int layer);
 
   CommStats own_stats_;
 
