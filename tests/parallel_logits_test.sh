@@ -141,7 +141,11 @@ demo=$DZ_SOURCE_DIR/models/demo
   --prompt "Once upon a time" --max-tokens 16 --temperature 0 --threads 1 >"$work/gen2.txt"
 cmp -s "$work/gen1.txt" "$work/gen2.txt" ||
   fail "generate at tp 2: $(cat "$work/gen2.txt") vs $(cat "$work/gen1.txt")"
-echo "generate at tp 2: the same greedy text as one process"
+"${mpirun[@]}" -np 4 "$dayzero" --log-level warn generate --model "$demo" --tp 2 --ep 2 \
+  --prompt "Once upon a time" --max-tokens 16 --temperature 0 --threads 1 >"$work/gen4.txt"
+cmp -s "$work/gen1.txt" "$work/gen4.txt" ||
+  fail "generate at tp 2 x ep 2: $(cat "$work/gen4.txt") vs $(cat "$work/gen1.txt")"
+echo "generate at tp 2 and tp 2 x ep 2: the same greedy text as one process"
 head -c 2000 "$DZ_SOURCE_DIR/README.md" >"$work/text.txt"
 ppl=(perplexity --model "$demo" --file "$work/text.txt" --context 96 --max-windows 2 --threads 1 --json)
 "$dayzero" --log-level warn "${ppl[@]}" >"$work/ppl1.json"
@@ -151,6 +155,13 @@ import json, sys
 one, two = (json.load(open(p))["mean_nll"] for p in sys.argv[1:])
 print(f"perplexity at tp 2: mean NLL {two:.6f} vs {one:.6f} in one process")
 assert abs(two - one) < 1e-3 * one, "perplexity differs"
+PY
+"${mpirun[@]}" -np 4 "$dayzero" --log-level warn "${ppl[@]}" --tp 2 --ep 2 >"$work/ppl4.json"
+"$python" - "$work/ppl1.json" "$work/ppl4.json" <<'PY'
+import json, sys
+one, four = (json.load(open(p))["mean_nll"] for p in sys.argv[1:])
+print(f"perplexity at tp 2 x ep 2: mean NLL {four:.6f} vs {one:.6f} in one process")
+assert abs(four - one) < 1e-3 * one, "perplexity differs"
 PY
 
 # Prefix-cache hits and recurrent-state checkpoints (saved and restored by copies): the
