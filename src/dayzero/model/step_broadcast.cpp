@@ -201,18 +201,37 @@ std::vector<int64_t> StepLeader::assign_groups(const ForwardBatch& batch, const 
     groups_cache_id_ = cache.id();
     next_group_ = 0;
   }
-  std::vector<int64_t> groups;
-  for (const SequenceSlice& seq : batch.sequences) {
-    const std::optional<int64_t> key = group_key(seq);
-    if (key) {
-      const auto [known, added] = group_of_.try_emplace(*key, next_group_);
-      if (!added) {
-        groups.push_back(known->second);
-        continue;
-      }
+  // Sequences seen before keep their group; they are the groups' load in this step (continuous
+  // batching puts every running sequence in most steps).
+  const size_t num_seqs = batch.sequences.size();
+  std::vector<int64_t> groups(num_seqs, -1);
+  std::vector<int64_t> load(static_cast<size_t>(plan_.ep), 0);
+  for (size_t i = 0; i < num_seqs; ++i) {
+    const std::optional<int64_t> key = group_key(batch.sequences[i]);
+    if (!key) continue;
+    if (const auto known = group_of_.find(*key); known != group_of_.end()) {
+      groups[i] = known->second;
+      ++load[static_cast<size_t>(groups[i])];
     }
-    groups.push_back(next_group_);
-    next_group_ = (next_group_ + 1) % plan_.ep;
+  }
+  // A new one goes to the least loaded group, ties taken in turn (a sequence sharing the first
+  // block of one placed just before joins it).
+  for (size_t i = 0; i < num_seqs; ++i) {
+    if (groups[i] >= 0) continue;
+    const std::optional<int64_t> key = group_key(batch.sequences[i]);
+    if (const auto known = key ? group_of_.find(*key) : group_of_.end(); known != group_of_.end()) {
+      groups[i] = known->second;
+    } else {
+      int64_t best = next_group_;
+      for (int64_t step = 1; step < plan_.ep; ++step) {
+        const int64_t g = (next_group_ + step) % plan_.ep;
+        if (load[static_cast<size_t>(g)] < load[static_cast<size_t>(best)]) best = g;
+      }
+      groups[i] = best;
+      next_group_ = (best + 1) % plan_.ep;
+      if (key) group_of_[*key] = best;
+    }
+    ++load[static_cast<size_t>(groups[i])];
   }
   return groups;
 }

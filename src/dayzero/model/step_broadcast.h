@@ -70,7 +70,7 @@ class StepLeader final : public CausalLm {
   // sticky for as long as the cache lives, so data written by one group is read by it.
   std::unordered_map<int64_t, int64_t> group_of_;
   uint64_t groups_cache_id_ = 0;
-  int64_t next_group_ = 0;              // new sequences go round the groups
+  int64_t next_group_ = 0;              // where the next tie between equally loaded groups goes
   std::vector<int64_t> pending_edits_;  // cache edits not yet sent, 4 numbers each
   std::vector<int64_t> message_;
 };
