@@ -54,6 +54,14 @@ class CausalLm {
                          std::span<const int64_t> logits_rows, float* out_logits,
                          TapSink* taps) = 0;
 
+  // What forward() refuses before it computes anything: token ids outside the vocabulary, and
+  // positions, slots, block tables or state slots the cache cannot hold.
+  virtual Status check_batch(const ForwardBatch& batch, const KvCache& cache) const {
+    (void)batch;
+    (void)cache;
+    return Status::ok_status();
+  }
+
   // Multi-token prediction (DeepSeek MTP, docs/models.md §7.1): whether a head predicts token t+2.
   virtual bool has_mtp() const { return false; }
   // The MTP head after forward(): token i of `batch` is x_{t+1} for the last forward()'s token i,

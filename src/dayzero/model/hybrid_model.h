@@ -67,7 +67,7 @@ class HybridModel : public CausalLm {
   void lm_head(const ExecContext& ctx, const float* normed, std::span<const int64_t> rows,
                float* logits) const;
   // Batch checks of forward(): ids in the vocabulary, positions, slots, block tables, state slots.
-  Status check_batch(const ForwardBatch& batch, const KvCache& cache) const;
+  Status check_batch(const ForwardBatch& batch, const KvCache& cache) const override;
 
   int num_layers() const { return static_cast<int>(parts_.layers.size()); }
   const DecoderLayer& layer(int layer_id) const;

@@ -161,28 +161,12 @@ Status run_group_step(CausalLm& model, dist::Comm& comm, const ParallelPlan& pla
   return status;
 }
 
-// What every group must be able to run, checked on rank 0 before it sends a data-parallel step:
-// a step refused on one group only would leave the others waiting in its MoE exchanges.
-Status check_step(const ForwardBatch& batch, std::span<const int64_t> rows, int64_t vocab) {
-  for (size_t i = 0; i < batch.token_ids.size(); ++i)
-    if (batch.token_ids[i] < 0 || batch.token_ids[i] >= vocab)
-      return make_error(StatusCode::kInvalidArgument,
-                        "token id {} at index {} is outside the vocabulary [0, {})",
-                        batch.token_ids[i], i, vocab);
+// Logits rows every group can pick from the step's tokens.
+Status check_rows(const ForwardBatch& batch, std::span<const int64_t> rows) {
   for (int64_t row : rows)
     if (row < 0 || row >= batch.num_tokens())
       return make_error(StatusCode::kInvalidArgument, "logits row {} outside the batch's {} tokens",
                         row, batch.num_tokens());
-  int64_t covered = 0;
-  for (const SequenceSlice& seq : batch.sequences) {
-    if (seq.token_begin != covered || seq.num_tokens <= 0)
-      return make_error(StatusCode::kInvalidArgument,
-                        "batch: sequences must tile the tokens in order");
-    covered += seq.num_tokens;
-  }
-  if (covered != batch.num_tokens())
-    return make_error(StatusCode::kInvalidArgument, "batch: sequences cover {} of {} tokens",
-                      covered, batch.num_tokens());
   return Status::ok_status();
 }
 
@@ -291,7 +275,10 @@ Status StepLeader::step(bool mtp, const ExecContext& ctx, const ForwardBatch& ba
     return mtp ? model_->forward_mtp(ctx, batch, cache, logits_rows, out_logits, taps)
                : model_->forward(ctx, batch, cache, logits_rows, out_logits, taps);
   }
-  DZ_RETURN_IF_ERROR(check_step(batch, logits_rows, vocab_size()));
+  // Refused here, before any rank starts: a step refused by one group only would leave the
+  // others waiting in its MoE exchanges.
+  DZ_RETURN_IF_ERROR(model_->check_batch(batch, cache));
+  DZ_RETURN_IF_ERROR(check_rows(batch, logits_rows));
   // An MTP batch's sequences keep the groups of the forward before it (the same first blocks).
   const std::vector<int64_t> groups = assign_groups(batch, cache);
   send(kind, &cache, &batch, logits_rows, groups);

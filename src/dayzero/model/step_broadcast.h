@@ -40,6 +40,9 @@ class StepLeader final : public CausalLm {
   int64_t hidden_size() const override { return model_->hidden_size(); }
   std::vector<LayerCacheSpec> cache_layers() const override { return model_->cache_layers(); }
   bool has_mtp() const override { return model_->has_mtp(); }
+  Status check_batch(const ForwardBatch& batch, const KvCache& cache) const override {
+    return model_->check_batch(batch, cache);
+  }
   const dist::CommStats* comm_stats() const override { return &comm_.stats(); }
 
   Status forward(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
