@@ -46,8 +46,7 @@ struct CommonArgs {
   double limits_seconds = 0.5;
   bool quick_limits = false;  // tests: tiny buffers, the figures are not the machine's limits
   uint64_t seed = 1;
-  int tp = 1;  // with --model, under mpirun (docs/parallel.md)
-  int ep = 1;
+  ParallelArgs parallel;  // with --model, under mpirun (docs/parallel.md)
 };
 
 // "1,4,16" or "1K,8K,128K" (K = 1024): positive integers, each item named in the error.
@@ -116,7 +115,7 @@ void add_common_options(CLI::App& command, CommonArgs& args) {
                    "measure the limits on a 16 MiB buffer and a 256x1024x1024 GEMM for 0.01 s "
                    "(for tests: the fractions are then not against the machine's limits)");
   command.add_option("--seed", args.seed, "random tokens and context")->capture_default_str();
-  add_parallel_options(command, args.tp, args.ep);  // with --model
+  add_parallel_options(command, args.parallel);  // with --model
 }
 
 int threads_of(const CommonArgs& args) {
@@ -137,8 +136,7 @@ Result<bench::BenchModel> load_bench_model(const CommonArgs& args) {
   model_args.model_dir = args.model_dir;
   model_args.kv_cache_dtype = args.kv_cache_dtype;
   model_args.num_threads = args.num_threads;
-  model_args.tp = args.tp;
-  model_args.ep = args.ep;
+  model_args.parallel = args.parallel;
   const double t0 = bench::clock_seconds(false);
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::CausalLm> lm, load_model(model_args));
   if (lm == nullptr) return bench::BenchModel{};  // a rank that followed rank 0's steps

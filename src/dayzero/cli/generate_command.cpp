@@ -197,7 +197,7 @@ RunCommand add_generate_command(CLI::App& app) {
       "JSONL file at once, one JSON line each");
   auto args = std::make_shared<GenerateArgs>();
   add_model_options(*command, args->model, /*model_has_default=*/true);
-  add_parallel_options(*command, args->model);
+  add_parallel_options(*command, args->model.parallel);
   auto* prompt =
       command->add_option("--prompt", args->prompt, "text to complete (no chat template)");
   auto* prompts_file =

@@ -98,7 +98,7 @@ RunCommand add_logits_command(CLI::App& app) {
       app.add_subcommand("logits", "Write float32 logits [n_tokens, vocab] of a token sequence");
   auto args = std::make_shared<LogitsArgs>();
   add_model_options(*command, args->model);
-  add_parallel_options(*command, args->model);
+  add_parallel_options(*command, args->model.parallel);
   command->add_option("--token-ids", args->token_ids, "comma-separated token ids")->required();
   command->add_option("--output", args->output, "the .npy file to write")->required();
   command->add_option("--mtp-output", args->mtp_output,

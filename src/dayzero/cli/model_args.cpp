@@ -20,7 +20,8 @@ namespace {
 struct Ranks {
   std::unique_ptr<dist::MpiSession> session;
   std::unique_ptr<dist::MpiComm> world;
-  std::unique_ptr<dist::MpiComm> tp_group;  // this rank's TP group when ep > 1 (else the world)
+  std::unique_ptr<dist::MpiComm> tp_group;  // this rank's TP group when ep or cp > 1 (else the world)
+  std::unique_ptr<dist::MpiComm> cp_group;  // this rank's CP group when cp > 1
 };
 Ranks& ranks() {
   static Ranks state;
@@ -28,7 +29,7 @@ Ranks& ranks() {
 }
 
 model::ParallelPlan plan_of(const ModelArgs& args) {
-  return {.tp = args.tp, .ep = args.ep};
+  return {.tp = args.parallel.tp, .ep = args.parallel.ep, .cp = args.parallel.cp};
 }
 
 // How long a rank waits in one collective before it names the operation and ends the job.
@@ -114,17 +115,24 @@ void add_model_options(CLI::App& command, ModelArgs& args, bool model_has_defaul
       ->capture_default_str();
 }
 
-void add_parallel_options(CLI::App& command, int& tp, int& ep) {
-  command.add_option("--tp", tp, "tensor-parallel ranks (under mpirun)")
+void add_parallel_options(CLI::App& command, ParallelArgs& args) {
+  command.add_option("--tp", args.tp, "tensor-parallel ranks (under mpirun)")
       ->check(integer_at_least(1))
       ->capture_default_str();
-  command.add_option("--ep", ep, "expert-parallel groups (under mpirun)")
+  command.add_option("--ep", args.ep, "expert-parallel groups (under mpirun)")
       ->check(integer_at_least(1))
       ->capture_default_str();
-}
-
-void add_parallel_options(CLI::App& command, ModelArgs& args) {
-  add_parallel_options(command, args.tp, args.ep);
+  command
+      .add_option("--cp", args.cp,
+                  "context-parallel ranks sharing each long prompt (under mpirun)")
+      ->check(integer_at_least(1))
+      ->capture_default_str();
+  command
+      .add_option("--cp-layout", args.cp_layout,
+                  "how --cp cuts a prompt into 2·cp pieces: zigzag (rank r: pieces r and "
+                  "2cp-1-r, balanced) or contiguous (pieces 2r and 2r+1)")
+      ->check(CLI::IsMember({"zigzag", "contiguous"}))
+      ->capture_default_str();
 }
 
 dist::Comm* plan_comm() {
@@ -171,12 +179,20 @@ Result<std::unique_ptr<model::CausalLm>> load_shard(const ModelArgs& args) {
   DZ_ASSIGN_OR_RETURN(options.comm, start_ranks(options.plan));
   options.rank = options.comm->rank();
   options.tp_comm = options.comm;
-  if (options.plan.ep > 1) {
-    Ranks& state = ranks();
+  const model::ParallelPlan& plan = options.plan;
+  Ranks& state = ranks();
+  if (plan.ep > 1 || plan.cp > 1) {  // the tp ranks of the same ep and cp coordinates
     if (state.tp_group == nullptr)
-      state.tp_group = state.world->split(options.plan.ep_rank(options.rank),
-                                          options.plan.tp_rank(options.rank));
+      state.tp_group = state.world->split(options.rank / plan.tp, plan.tp_rank(options.rank));
     options.tp_comm = state.tp_group.get();
+  }
+  if (plan.cp > 1) {  // the cp ranks of the same TP index (ep is 1)
+    if (state.cp_group == nullptr)
+      state.cp_group = state.world->split(options.rank % (plan.tp * plan.ep),
+                                          plan.cp_rank(options.rank));
+    options.cp_comm = state.cp_group.get();
+    options.cp_layout = args.parallel.cp_layout == "contiguous" ? model::ContextLayout::kContiguous
+                                                                : model::ContextLayout::kZigzag;
   }
   return agree_on_load(*options.comm, model::load_causal_lm(args.model_dir, options));
 }

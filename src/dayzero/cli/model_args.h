@@ -14,23 +14,28 @@
 
 namespace dz::cli {
 
+// The parallel plan (docs/parallel.md): more than one rank needs `mpirun -np tp·ep·cp`.
+struct ParallelArgs {
+  int tp = 1;
+  int ep = 1;
+  int cp = 1;
+  std::string cp_layout = "zigzag";  // or "contiguous" (to measure the load balance)
+};
+
 struct ModelArgs {
   std::string model_dir;
   std::string kv_cache_dtype = "auto";  // auto: the recipe's default
   int num_threads = 0;                  // 0: all hardware threads
   int64_t block_size = 64;
-  // The parallel plan (docs/parallel.md): more than one rank needs `mpirun -np tp·ep`.
-  int tp = 1;
-  int ep = 1;
+  ParallelArgs parallel;
 };
 
 // --model, --kv-cache-dtype, --threads, --block-size. --model is required unless
 // `model_has_default` (generate, serve: then resolve_model_dir (default_model.h) fills it in).
 void add_model_options(CLI::App& command, ModelArgs& args, bool model_has_default = false);
 
-// --tp and --ep, for the commands that run a model over several ranks.
-void add_parallel_options(CLI::App& command, ModelArgs& args);
-void add_parallel_options(CLI::App& command, int& tp, int& ep);
+// --tp, --ep, --cp and --cp-layout, for the commands that run a model over several ranks.
+void add_parallel_options(CLI::App& command, ParallelArgs& args);
 // "rank 0 of 2: 41 collectives, 1234 bytes received, 1234 sent (received: all_reduce 1000,
 // all_gather 234); step messages: 9 collectives": this rank's share of the model's traffic so
 // far, then of the step messages (descriptions and gathered logits); "" in one process.

@@ -217,7 +217,7 @@ RunCommand add_perplexity_command(CLI::App& app) {
       "from position 0 (llama-perplexity)");
   auto args = std::make_shared<PerplexityArgs>();
   add_model_options(*command, args->model, /*model_has_default=*/true);
-  add_parallel_options(*command, args->model);
+  add_parallel_options(*command, args->model.parallel);
   auto* file = command->add_option("--file", args->text_file,
                                    "text file, tokenized with the model's tokenizer (special-token "
                                    "text as plain text, no BOS)");

@@ -110,7 +110,7 @@ RunCommand add_serve_command(CLI::App& app) {
       "OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/models, "
       "/health, /metrics, /tokenize, /detokenize");
   add_model_options(*command, args->model, /*model_has_default=*/true);
-  add_parallel_options(*command, args->model);
+  add_parallel_options(*command, args->model.parallel);
   command->add_option("--host", args->host, "address to listen on")->capture_default_str();
   command->add_option("--port", args->port, "port to listen on (0: any free port)")
       ->check(CLI::Range(0, 65535))

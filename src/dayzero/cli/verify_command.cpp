@@ -335,7 +335,7 @@ RunCommand add_verify_command(CLI::App& app) {
       "verify", "Compare every layer with the PyTorch reference (operator, layer, model level)");
   auto args = std::make_shared<VerifyArgs>();
   add_model_options(*command, args->model);
-  add_parallel_options(*command, args->model);
+  add_parallel_options(*command, args->model.parallel);
   command->add_option("--token-ids", args->token_ids,
                       "comma-separated token ids (default: the reference's decisive test prompt)");
   command->add_option("--python", args->python, "interpreter with torch and numpy")

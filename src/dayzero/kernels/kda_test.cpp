@@ -260,6 +260,50 @@ TEST(KdaTest, SplitCallsEqualOneCall) {
   }
 }
 
+// Sequence parallelism's algebra (model/blocks/kda_context_parallel.cpp): a piece run from zero
+// (o⁰, ΔX) and from the identity with v = 0 (oᴵ, P) gives, for the true state X before it,
+// o = o⁰ + X·oᴵ and the state after it X·P + ΔX (V-first [d_v, d_k] per head).
+TEST(KdaTest, PieceSummariesRebuildTheRecurrence) {
+  for (int64_t chunk : {16, 64}) {
+    const Inputs in = make_inputs({3, 64}, 2 * chunk + 9, Gate::kModerate, 31);
+    const int64_t H = in.dims.num_heads, d = in.dims.head_dim, hd = H * d, dd = d * d;
+    const int64_t m = chunk + 3, n = in.num_tokens - m;  // piece B = [m, num_tokens)
+    const Result ref = run_ref(in);
+    Result before{std::vector<float>(in.q.size()), in.state};  // X after piece A
+    run_chunked_part(ExecContext{2}, in, 0, m, 0, chunk, before);
+    Inputs zero_v = in;
+    std::fill(zero_v.v.begin(), zero_v.v.end(), 0.0f);
+    Result from_zero{std::vector<float>(in.q.size()), std::vector<float>(in.state.size())};
+    Result from_identity{std::vector<float>(in.q.size()), std::vector<float>(in.state.size())};
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t c = 0; c < d; ++c) from_identity.state[static_cast<size_t>(h * dd + c * d + c)] = 1;
+    run_chunked_part(ExecContext{2}, in, m, n, m, chunk, from_zero);
+    run_chunked_part(ExecContext{2}, zero_v, m, n, m, chunk, from_identity);
+    std::vector<float> out(static_cast<size_t>(n * hd)), want(out.size());
+    std::vector<float> state(in.state.size());
+    for (int64_t h = 0; h < H; ++h) {
+      const float* x = before.state.data() + h * dd;
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < d; ++r) {
+          double sum = from_zero.out[static_cast<size_t>((m + t) * hd + h * d + r)];
+          for (int64_t c = 0; c < d; ++c)
+            sum += double{x[r * d + c]} * from_identity.out[static_cast<size_t>((m + t) * hd + h * d + c)];
+          out[static_cast<size_t>(t * hd + h * d + r)] = static_cast<float>(sum);
+          want[static_cast<size_t>(t * hd + h * d + r)] = ref.out[static_cast<size_t>((m + t) * hd + h * d + r)];
+        }
+      for (int64_t r = 0; r < d; ++r)
+        for (int64_t j = 0; j < d; ++j) {
+          double sum = from_zero.state[static_cast<size_t>(h * dd + r * d + j)];
+          for (int64_t c = 0; c < d; ++c)
+            sum += double{x[r * d + c]} * from_identity.state[static_cast<size_t>(h * dd + c * d + j)];
+          state[static_cast<size_t>(h * dd + r * d + j)] = static_cast<float>(sum);
+        }
+    }
+    EXPECT_LT(rel_rms(out, want), kTol) << "C " << chunk << " outputs";
+    EXPECT_LT(rel_rms(state, ref.state), kTol) << "C " << chunk << " final state";
+  }
+}
+
 // The layout contract end to end: a state written by chunked prefill is continued by decode.
 TEST(KdaTest, PrefillThenDecodeEqualsRecurrence) {
   for (int64_t chunk : {16, 64}) {

@@ -28,10 +28,14 @@ Result<std::unique_ptr<CausalLm>> load_causal_lm(const std::string& dir,
   const ParallelPlan& plan = options.plan;
   if (plan.world_size() > 1) {
     DZ_RETURN_IF_ERROR(validate_plan(plan, arch->dims()));
-    if (plan.cp > 1)
+    if (plan.cp > 1 && plan.ep > 1)
       return make_error(StatusCode::kUnsupported,
-                        "plan {}: context parallelism is not built yet (docs/parallel.md §8)",
+                        "plan {}: context parallelism with --ep > 1 is not built yet "
+                        "(docs/parallel.md §10)",
                         plan.describe());
+    if (plan.cp > 1 && (options.cp_comm == nullptr || options.cp_comm->size() != plan.cp))
+      return make_error(StatusCode::kInvalidArgument, "plan {}: the CP group needs {} ranks",
+                        plan.describe(), plan.cp);
     if (options.comm == nullptr || options.comm->size() != plan.world_size())
       return make_error(StatusCode::kInvalidArgument, "plan {} needs {} ranks, the job has {}",
                         plan.describe(), plan.world_size(),

@@ -14,6 +14,7 @@
 #include "dayzero/core/status.h"
 #include "dayzero/dist/comm.h"
 #include "dayzero/kernels/paged_cache.h"
+#include "dayzero/model/context_parallel.h"
 #include "dayzero/model/forward_batch.h"
 #include "dayzero/model/kv_cache.h"
 #include "dayzero/model/parallel_plan.h"
@@ -29,12 +30,15 @@ struct ModelOptions {
   ParallelPlan plan = {};
   int rank = 0;
   dist::Comm* comm = nullptr;
-  dist::Comm* tp_comm = nullptr;  // the rank's TP group; comm itself when ep = 1
+  dist::Comm* tp_comm = nullptr;  // the rank's TP group; comm itself when ep = cp = 1
+  dist::Comm* cp_comm = nullptr;  // the rank's CP group (the ranks of its TP index); cp > 1 only
+  ContextLayout cp_layout = ContextLayout::kZigzag;
 
   // Where partial outputs are summed (the TP group; null unless tp > 1) and between which ranks
   // routed tokens travel (all of them; null unless ep > 1).
   dist::Comm* tp_group() const { return plan.tp > 1 ? tp_comm : nullptr; }
   dist::Comm* expert_group() const { return plan.ep > 1 ? comm : nullptr; }
+  dist::Comm* cp_group() const { return plan.cp > 1 ? cp_comm : nullptr; }
 };
 
 class CausalLm {

@@ -9,6 +9,8 @@
 
 namespace dz::model {
 
+class ContextSplit;  // model/context_parallel.h
+
 struct SequenceSlice {
   int64_t token_begin = 0;  // first index into the flattened token arrays
   int64_t num_tokens = 0;   // tokens of this sequence in this step
@@ -29,6 +31,9 @@ struct ForwardBatch {
   std::span<const int64_t> slot_mapping;  // [num_tokens], cache slot written by each token
   std::vector<SequenceSlice> sequences;
   int64_t block_size = 64;  // tokens per cache block
+  // Context parallelism: this rank's part of a step its CP group shares (the blocks gather the
+  // cache rows and KDA summaries of the other ranks' pieces through it); null otherwise.
+  const ContextSplit* context = nullptr;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   // Decode: every sequence advances by exactly one token.

@@ -235,17 +235,23 @@ void HybridModel::embed(const Embedding& table, std::span<const int32_t> ids, fl
 Status HybridModel::forward_hidden(const ExecContext& ctx, const ForwardBatch& batch,
                                    KvCache& cache, float* out, TapSink* taps) {
   DZ_RETURN_IF_ERROR(check_batch(batch, cache));
+  run_layers(ctx, batch, cache, out, taps);
+  return Status::ok_status();
+}
+
+void HybridModel::run_layers(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
+                             float* out, TapSink* taps) {
   ensure_scratch(ctx, batch);
   const int64_t T = batch.num_tokens();
   const int64_t d = parts_.hidden_size;
   if (T == 0) {  // this rank's group has no sequences this step; the others' tokens may come
     for (const DecoderLayer& layer : parts_.layers) layer.ffn_without_tokens(ctx, *scratch_);
-    return Status::ok_status();
+    return;
   }
   embed(parts_.embed_tokens, batch.token_ids, out);
   if (!has_attn_res()) {
     for (const DecoderLayer& layer : parts_.layers) run_plain(ctx, layer, batch, cache, out, taps);
-    return Status::ok_status();
+    return;
   }
 
   // Block AttnRes (docs/models.md §5): the sublayers read mixes of the bank and the running prefix
@@ -274,7 +280,6 @@ Status HybridModel::forward_hidden(const ExecContext& ctx, const ForwardBatch& b
   }
   stack.mix(ctx, parts_.final_attn_res_query, out);
   tap(taps, -1, "final_mix", out, {T, d});
-  return Status::ok_status();
 }
 
 void HybridModel::final_norm(const ExecContext& ctx, const float* hidden, int64_t num_tokens,
@@ -327,6 +332,7 @@ Status HybridModel::forward(const ExecContext& ctx, const ForwardBatch& batch, K
     if (row < 0 || row >= T)
       return make_error(StatusCode::kInvalidArgument, "logits row {} outside the batch's {} tokens",
                         row, T);
+  if (context_parallel()) return forward_context_parallel(ctx, batch, cache, logits_rows, out_logits, taps);
   std::vector<float> hidden(static_cast<size_t>(T * d));
   DZ_RETURN_IF_ERROR(forward_hidden(ctx, batch, cache, hidden.data(), taps));
   if (T == 0) return Status::ok_status();
@@ -336,6 +342,27 @@ Status HybridModel::forward(const ExecContext& ctx, const ForwardBatch& batch, K
   tap(taps, -1, "logits", out_logits,
       {static_cast<int64_t>(logits_rows.size()), parts_.vocab_size});
   keep_final_norm(batch, hidden);
+  return Status::ok_status();
+}
+
+Status HybridModel::forward_context_parallel(const ExecContext& ctx, const ForwardBatch& batch,
+                                            KvCache& cache, std::span<const int64_t> logits_rows,
+                                            float* out_logits, TapSink* taps) {
+  if (taps != nullptr)
+    return make_error(StatusCode::kUnsupported,
+                      "taps under context parallelism: each rank holds only its pieces of the "
+                      "step (compare logits instead)");
+  DZ_RETURN_IF_ERROR(check_batch(batch, cache));
+  const int64_t d = parts_.hidden_size;
+  const ContextSplit split(batch, *parts_.cp_comm, parts_.cp_layout);
+  const ForwardBatch& local = split.local();
+  std::vector<float> hidden(static_cast<size_t>(local.num_tokens() * d));
+  run_layers(ctx, local, cache, hidden.data(), nullptr);
+  final_norm(ctx, hidden.data(), local.num_tokens(), hidden.data());
+  // The asked rows from the ranks that ran them; every rank then computes the same logits.
+  const std::vector<float> picked = split.gather_rows(logits_rows, hidden.data(), d, -1);
+  head_logits(ctx, parts_.lm_head, picked.data(), static_cast<int64_t>(logits_rows.size()),
+              out_logits);
   return Status::ok_status();
 }
 

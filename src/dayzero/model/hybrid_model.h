@@ -13,6 +13,7 @@
 #include "dayzero/formats/checkpoint.h"
 #include "dayzero/kernels/linear.h"
 #include "dayzero/model/causal_lm.h"
+#include "dayzero/model/context_parallel.h"
 #include "dayzero/model/decoder_layer.h"
 #include "dayzero/model/weight_loader.h"
 
@@ -35,6 +36,10 @@ struct HybridModelParts {
   // Tensor parallelism: the TP group's ranks, over which the vocabulary-split embedding rows are
   // summed and the head's logit columns gathered; null in one process.
   dist::Comm* comm = nullptr;
+  // Context parallelism (docs/parallel.md §9): the CP group that shares each step's long
+  // sequences, and how they are cut; null in one process and at cp = 1.
+  dist::Comm* cp_comm = nullptr;
+  ContextLayout cp_layout = ContextLayout::kZigzag;
 };
 
 // The tensors every model has, under the recipe's prefix: the embedding
@@ -69,6 +74,8 @@ class HybridModel : public CausalLm {
   // Batch checks of forward(): ids in the vocabulary, positions, slots, block tables, state slots.
   Status check_batch(const ForwardBatch& batch, const KvCache& cache) const override;
 
+  // Whether forward() shares its steps with a CP group.
+  bool context_parallel() const { return parts_.cp_comm != nullptr && parts_.cp_comm->size() > 1; }
   int num_layers() const { return static_cast<int>(parts_.layers.size()); }
   const DecoderLayer& layer(int layer_id) const;
   bool has_attn_res() const { return !parts_.final_attn_res_query.empty(); }
@@ -97,6 +104,14 @@ class HybridModel : public CausalLm {
 
  private:
   void ensure_scratch(const ExecContext& ctx, const ForwardBatch& batch);
+  // forward() under context parallelism: this rank's part of the step (ContextSplit), then the
+  // final-norm rows asked for gathered from the ranks that ran them.
+  Status forward_context_parallel(const ExecContext& ctx, const ForwardBatch& batch,
+                                  KvCache& cache, std::span<const int64_t> logits_rows,
+                                  float* out_logits, TapSink* taps);
+  // forward_hidden() of a checked batch (a CP rank's local part, whose pieces share slots).
+  void run_layers(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache, float* out,
+                  TapSink* taps);
   void run_plain(const ExecContext& ctx, const DecoderLayer& layer, const ForwardBatch& batch,
                  KvCache& cache, float* x, TapSink* taps);
 

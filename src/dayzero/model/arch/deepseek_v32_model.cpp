@@ -199,6 +199,8 @@ Result<std::unique_ptr<DeepseekV32Model>> DeepseekV32Model::load(
   parts.kv_cache_dtype = options.kv_cache_dtype.value_or(kernels::KvCacheDtype::kFp8);
   const LayerSchedule schedule = deepseek_v32_schedule(config);
   parts.comm = options.tp_group();
+  parts.cp_comm = options.cp_group();
+  parts.cp_layout = options.cp_layout;
   for (size_t i = 0; i < static_cast<size_t>(config.num_hidden_layers); ++i)
     parts.layers.push_back(make_decoder_layer(layer_config(config, schedule.layers[i]),
                                               std::move(w.layers[i]), shard, options.tp_group(),
@@ -226,6 +228,9 @@ void DeepseekV32Model::keep_final_norm(const ForwardBatch& batch, std::vector<fl
 Status DeepseekV32Model::forward_mtp(const ExecContext& ctx, const ForwardBatch& batch,
                                      KvCache& cache, std::span<const int64_t> logits_rows,
                                      float* out_logits, TapSink* taps) {
+  if (context_parallel())
+    return make_error(StatusCode::kUnsupported,
+                      "the MTP head under context parallelism (--cp) is not built yet");
   const int64_t T = batch.num_tokens();
   if (T > static_cast<int64_t>(last_positions_.size()) ||
       !std::equal(batch.positions.begin(), batch.positions.end(), last_positions_.begin()))

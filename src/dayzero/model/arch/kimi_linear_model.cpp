@@ -177,6 +177,8 @@ Result<std::unique_ptr<CausalLm>> load_kimi_linear_model(
     parts.final_attn_res_query = attn_res_folded_query(w.final_res.proj, w.final_res.norm);
   const LayerSchedule schedule = kimi_linear_schedule(config);
   parts.comm = options.tp_group();
+  parts.cp_comm = options.cp_group();
+  parts.cp_layout = options.cp_layout;
   for (size_t i = 0; i < schedule.layers.size(); ++i)
     parts.layers.push_back(make_decoder_layer(layer_config(config, schedule.layers[i]),
                                               std::move(w.layers[i]), shard, options.tp_group(),

@@ -14,6 +14,7 @@
 #include "dayzero/kernels/hadamard.h"
 #include "dayzero/kernels/lightning_indexer.h"
 #include "dayzero/kernels/norms.h"
+#include "dayzero/model/context_parallel.h"
 
 namespace dz::model {
 namespace {
@@ -124,6 +125,7 @@ void DsaIndexer::select(const ExecContext& ctx, const ForwardBatch& batch, const
         cache.layout, cache.pool, batch.slot_mapping[static_cast<size_t>(t)],
         std::span<const uint8_t>(k_codes + t * head_dim, static_cast<size_t>(head_dim)),
         k_scales[t]);
+  if (batch.context != nullptr) batch.context->share_index_keys(cache.layout, cache.pool, layer_id);
 
   // 5. w_h = weights_proj(x)_h · n_I^-½ · sq_h · d_I^-½ (the reference's order; sq_h is a power of
   // two, so only the constant factors round).

@@ -155,17 +155,19 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
   // 2. q, k, v = SiLU(conv) rounded to BF16, per sequence over its slot's conv rows.
   float* qkv = take_floats(scratch, 3 * T * hd);
   const float* conv_w[3] = {w.q_conv.data(), w.k_conv.data(), w.v_conv.data()};
-  for (const SequenceSlice& seq : batch.sequences) {
-    if (seq.num_tokens == 0) continue;
+  for (size_t i = 0; i < batch.sequences.size(); ++i) {
+    const SequenceSlice& seq = batch.sequences[i];
+    if (seq.num_tokens == 0 || runs_piece(batch, i)) continue;
     if (seq.pos_begin == 0) {  // a new sequence: zero state and zero rows before it
       std::fill_n(state.state(seq.state_slot), state.layout.state_floats(), 0.0f);
       std::fill_n(state.conv_rows(seq.state_slot), state.layout.conv_elems(), uint16_t{0});
     }
-    for (int i = 0; i < 3; ++i)
-      kernels::short_conv_silu(ctx, hat + i * T * hd + seq.token_begin * hd, seq.num_tokens, hd,
-                               conv_w[i], W, state.conv_rows(seq.state_slot) + i * (W - 1) * hd,
-                               qkv + i * T * hd + seq.token_begin * hd);
+    for (int m = 0; m < 3; ++m)
+      kernels::short_conv_silu(ctx, hat + m * T * hd + seq.token_begin * hd, seq.num_tokens, hd,
+                               conv_w[m], W, state.conv_rows(seq.state_slot) + m * (W - 1) * hd,
+                               qkv + m * T * hd + seq.token_begin * hd);
   }
+  if (batch.context != nullptr) conv_pieces(ctx, batch, hat, state, qkv, layer_id);
   kernels::round_to_bf16(qkv, 3 * T * hd);
   tap(taps, layer_id, "kda_qkv", qkv, Shape{3, T, hd});
   float* q = qkv;
@@ -219,8 +221,9 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
   // 6. The recurrence per sequence, on its slot's state.
   float* core = hat + T * hd;  // k̂ is consumed
   const kernels::KdaDims dims{.num_heads = H, .head_dim = d};
-  for (const SequenceSlice& seq : batch.sequences) {
-    if (seq.num_tokens == 0) continue;
+  for (size_t i = 0; i < batch.sequences.size(); ++i) {
+    const SequenceSlice& seq = batch.sequences[i];
+    if (seq.num_tokens == 0 || runs_piece(batch, i)) continue;
     const int64_t t0 = seq.token_begin;
     const bool recurrent =
         c.path == KdaPath::kRecurrent || (c.path == KdaPath::kAuto && seq.num_tokens == 1);
@@ -236,6 +239,8 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
                          core + t0 * hd, scratch);
     scratch.release(mark);
   }
+  if (batch.context != nullptr)
+    recur_pieces(ctx, batch, q, k, v, g, beta, state, core, scratch, layer_id);
   tap(taps, layer_id, "kda_core", core, Shape{T, hd});
 
   // 7. z = output gate logits (into v̂'s rows), y = RMSNorm_d(o_h) ⊙ σ(z_h) rounded (into q's).

@@ -104,6 +104,20 @@ class KdaBlock {
                int layer_id) const;
 
  private:
+  // Context parallelism (docs/parallel.md §9.3): the pieces of split sequences this rank runs.
+  // conv_pieces: q, k, v of the pieces, each piece's conv reading the last W−1 pre-conv rows
+  // before it (gathered from the ranks that ran them), and the slots' conv rows after the step.
+  void conv_pieces(const ExecContext& ctx, const ForwardBatch& batch, const float* hat,
+                   const KdaLayerState& state, float* qkv, int layer_id) const;
+  // recur_pieces: each piece from a zero state and from the identity (its summary: the state
+  // after it is X·P + ΔX for a state X before it), the summaries of all pieces gathered, then
+  // each piece's output corrected by its true initial state and the slots' final states folded.
+  void recur_pieces(const ExecContext& ctx, const ForwardBatch& batch, const float* q,
+                    const float* k, const float* v, const float* g, const float* beta,
+                    const KdaLayerState& state, float* core, Arena& scratch, int layer_id) const;
+  // Whether slice i of batch is a piece of a split sequence (run by the two functions above).
+  static bool runs_piece(const ForwardBatch& batch, size_t slice);
+
   KdaConfig config_;
   KdaWeights weights_;
 };

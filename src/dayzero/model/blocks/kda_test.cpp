@@ -41,115 +41,14 @@
 #include <vector>
 
 #include "dayzero/formats/codecs.h"
+#include "dayzero/model/blocks/kda_random_block.h"
+#include "dayzero/model/context_parallel.h"
 #include "dayzero/model/kv_cache.h"
 
 namespace dz::model {
 namespace {
 
-constexpr int64_t kHidden = 96, kHeads = 2, kHeadDim = 32, kWidth = 4, kRank = 16;
-constexpr int64_t kHd = kHeads * kHeadDim;
-constexpr float kEps = 1e-5f;
-
-struct Case {
-  bool bounded = false;   // K3 gate lb·σ(e^A·f), else −e^A·softplus(f)
-  bool low_rank = true;   // g_a/g_b output gate, else g_proj
-  float dt_shift = 0.0f;  // added to dt_bias (drives the gate to its extremes)
-  float a_log_lo = -4.0f, a_log_hi = 0.5f;
-};
-
-// The weights as dense FP32 (BF16-valued for linears), for the reference.
-struct Dense {
-  Case c;
-  std::vector<float> q, k, v, q_conv, k_conv, v_conv, f_a, f_b, b, a_log, dt_bias, g_a, g_b, g,
-      o_norm, o;
-};
-
-std::vector<float> random_values(std::mt19937& rng, int64_t n, float stddev, bool bf16) {
-  std::normal_distribution<float> normal(0.0f, stddev);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& e : v) e = bf16 ? formats::round_to_bf16(normal(rng)) : normal(rng);
-  return v;
-}
-
-std::vector<float> random_linear(std::mt19937& rng, int64_t out, int64_t in) {
-  return random_values(rng, out * in, 1.0f / std::sqrt(static_cast<float>(in)), true);
-}
-
-Dense make_dense(const Case& c, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Dense w;
-  w.c = c;
-  w.q = random_linear(rng, kHd, kHidden);
-  w.k = random_linear(rng, kHd, kHidden);
-  w.v = random_linear(rng, kHd, kHidden);
-  w.q_conv = random_values(rng, kHd * kWidth, 0.6f, false);
-  w.k_conv = random_values(rng, kHd * kWidth, 0.6f, false);
-  w.v_conv = random_values(rng, kHd * kWidth, 0.6f, false);
-  w.f_a = random_linear(rng, kRank, kHidden);
-  w.f_b = random_linear(rng, kHd, kRank);
-  w.b = random_linear(rng, kHeads, kHidden);
-  std::uniform_real_distribution<float> a_log(c.a_log_lo, c.a_log_hi);
-  for (int64_t h = 0; h < kHeads + 2; ++h) w.a_log.push_back(a_log(rng));  // padded like K3
-  w.dt_bias = random_values(rng, kHd, 0.5f, false);
-  for (auto& e : w.dt_bias) e += c.dt_shift;
-  if (c.low_rank) {
-    w.g_a = random_linear(rng, kRank, kHidden);
-    w.g_b = random_linear(rng, kHd, kRank);
-  } else {
-    w.g = random_linear(rng, kHd, kHidden);
-  }
-  w.o_norm = random_values(rng, kHeadDim, 0.2f, false);
-  for (auto& e : w.o_norm) e += 1.0f;
-  w.o = random_linear(rng, kHidden, kHd);
-  return w;
-}
-
-kernels::LinearWeight linear(const std::vector<float>& w, int64_t out, int64_t in) {
-  return kernels::LinearWeight::from_f32_as_bf16(w.data(), out, in);
-}
-
-KdaWeights make_weights(const Dense& w) {
-  KdaWeights kw{.q_proj = linear(w.q, kHd, kHidden),
-                .k_proj = linear(w.k, kHd, kHidden),
-                .v_proj = linear(w.v, kHd, kHidden),
-                .q_conv = w.q_conv,
-                .k_conv = w.k_conv,
-                .v_conv = w.v_conv,
-                .f_a_proj = linear(w.f_a, kRank, kHidden),
-                .f_b_proj = linear(w.f_b, kHd, kRank),
-                .b_proj = linear(w.b, kHeads, kHidden),
-                .a_log = w.a_log,
-                .dt_bias = w.dt_bias,
-                .g_a_proj = {},
-                .g_b_proj = {},
-                .g_proj = {},
-                .o_norm = w.o_norm,
-                .o_proj = linear(w.o, kHidden, kHd)};
-  if (w.c.low_rank) {
-    kw.g_a_proj = linear(w.g_a, kRank, kHidden);
-    kw.g_b_proj = linear(w.g_b, kHd, kRank);
-  } else {
-    kw.g_proj = linear(w.g, kHd, kHidden);
-  }
-  return kw;
-}
-
-KdaConfig make_config(const Dense& w, KdaPath path, int64_t chunk_size = 16) {
-  KdaConfig config{.hidden_size = kHidden,
-                   .num_heads = kHeads,
-                   .head_dim = kHeadDim,
-                   .conv_width = kWidth,
-                   .gate_lower_bound = {},
-                   .o_norm_eps = kEps,
-                   .chunk_size = chunk_size,
-                   .path = path};
-  if (w.c.bounded) config.gate_lower_bound = -5.0f;
-  return config;
-}
-
-KdaBlock make_block(const Dense& w, KdaPath path = KdaPath::kAuto, int64_t chunk_size = 16) {
-  return KdaBlock(make_config(w, path, chunk_size), make_weights(w));
-}
+using namespace kda_testing;  // NOLINT: the block builder shared with the CP tests
 
 // ---- The reference: steps 1–8 per token, FP64, BF16 rounding where the policy rounds. ----
 
@@ -653,6 +552,83 @@ TEST(KdaBlock, ContinuingFromACopiedSlotEqualsContinuingTheOriginal) {
     EXPECT_EQ(state_of(state, 1), state_of(state, 3)) << n;
     EXPECT_EQ(conv_of(state, 1), conv_of(state, 3)) << n;
     cache.copy_state_slot(3, 1);  // both back to the same state for the next length
+  }
+}
+
+// Context parallelism in one process (a CP group of one rank, which runs both pieces of each
+// split sequence): a new 37-token sequence, a decode row and a 30-token continuation of a 13-token
+// prefix, cut into pieces, give the outputs, states and conv rows of the whole sequences (FP32 sums
+// in another order: the bounds of the splits above). The multi-rank exchange is
+// model/context_parallel_mpitest.cpp's.
+TEST(KdaBlock, ContextPiecesEqualWholeSequences) {
+  const Dense w = make_dense({.bounded = false, .low_rank = true}, 51);
+  const KdaBlock block = make_block(w);
+  const std::vector<float> prefix = random_x(52, 13), x = random_x(53, 37 + 1 + 30);
+  const std::vector<Seq> seqs = {{.pos_begin = 0, .num_tokens = 37, .slot = 1},
+                                 {.pos_begin = 13, .num_tokens = 1, .slot = 2},
+                                 {.pos_begin = 13, .num_tokens = 30, .slot = 3}};
+  KvCache whole_cache = make_cache(4), split_cache = make_cache(4);
+  for (KvCache* cache : {&whole_cache, &split_cache})
+    for (int32_t slot : {2, 3})
+      run(block, cache->kda_layer(0), prefix.data(), {{.pos_begin = 0, .num_tokens = 13, .slot = slot}});
+  const std::vector<float> want = run(block, whole_cache.kda_layer(0), x.data(), seqs);
+
+  std::vector<int32_t> token_ids, positions;
+  std::vector<int64_t> slot_mapping;
+  ForwardBatch full;
+  for (const Seq& s : seqs) {
+    full.sequences.push_back(SequenceSlice{.token_begin = static_cast<int64_t>(token_ids.size()),
+                                           .num_tokens = s.num_tokens,
+                                           .pos_begin = s.pos_begin,
+                                           .block_table = {},
+                                           .state_slot = s.slot});
+    for (int64_t i = 0; i < s.num_tokens; ++i) {
+      token_ids.push_back(1);
+      positions.push_back(static_cast<int32_t>(s.pos_begin + i));
+      slot_mapping.push_back(-1);
+    }
+  }
+  full.token_ids = token_ids;
+  full.positions = positions;
+  full.slot_mapping = slot_mapping;
+  for (ContextLayout layout : {ContextLayout::kZigzag, ContextLayout::kContiguous}) {
+    KvCache cache = make_cache(4);
+    for (int32_t slot : {2, 3}) cache.copy_state_slot(slot, slot);
+    for (int32_t slot : {2, 3})
+      run(block, cache.kda_layer(0), prefix.data(), {{.pos_begin = 0, .num_tokens = 13, .slot = slot}});
+    dist::SoloComm solo;
+    const ContextSplit split(full, solo, layout);
+    const ForwardBatch& local = split.local();
+    ASSERT_EQ(split.num_split(), 2);  // the decode row runs whole
+    // x in the local order: whole sequences first as they come, pieces in sequence order.
+    std::vector<float> local_x, got(want.size());
+    std::vector<int64_t> full_index;
+    for (size_t i = 0; i < local.sequences.size(); ++i) {
+      const SequenceSlice& slice = local.sequences[i];
+      int64_t begin = 0;
+      for (const SequenceSlice& seq : full.sequences)
+        if (seq.state_slot == slice.state_slot) begin = seq.token_begin + slice.pos_begin - seq.pos_begin;
+      for (int64_t t = begin; t < begin + slice.num_tokens; ++t) {
+        local_x.insert(local_x.end(), x.begin() + t * kHidden, x.begin() + (t + 1) * kHidden);
+        full_index.push_back(t);
+      }
+    }
+    const ExecContext ctx{.num_threads = 2};
+    Arena arena(block.scratch_bytes(ctx, local.num_tokens()));
+    std::vector<float> out(static_cast<size_t>(local.num_tokens() * kHidden));
+    block.forward(ctx, local, local_x.data(), cache.kda_layer(0), out.data(), arena, nullptr, 3);
+    for (size_t i = 0; i < full_index.size(); ++i)
+      std::copy_n(out.begin() + static_cast<int64_t>(i) * kHidden, kHidden,
+                  got.begin() + full_index[i] * kHidden);
+    const char* name = layout == ContextLayout::kZigzag ? "zigzag" : "contiguous";
+    EXPECT_LT(rel_rms(want, got), 1e-3) << name;
+    for (int32_t slot : {1, 2, 3}) {
+      EXPECT_LT(rel_rms(state_of(whole_cache.kda_layer(0), slot), state_of(cache.kda_layer(0), slot)),
+                1e-5)
+          << name << " slot " << slot;
+      EXPECT_EQ(conv_of(whole_cache.kda_layer(0), slot), conv_of(cache.kda_layer(0), slot))
+          << name << " slot " << slot;
+    }
   }
 }
 

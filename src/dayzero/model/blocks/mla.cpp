@@ -12,6 +12,7 @@
 #include "dayzero/kernels/mla_absorb.h"
 #include "dayzero/kernels/mla_attention.h"
 #include "dayzero/kernels/norms.h"
+#include "dayzero/model/context_parallel.h"
 
 namespace dz::model {
 namespace {
@@ -203,6 +204,8 @@ void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
     const float* row = kv + t * (r_kv + d_r);
     kernels::write_mla_record(cache.layout, cache.pool, slot, row, row + r_kv);
   }
+  // Context parallelism: the other ranks' pieces of this step, so every earlier key is here.
+  if (batch.context != nullptr) batch.context->share_mla_records(cache.layout, cache.pool, layer_id);
 
   float* o = take_floats(scratch, T * H * d_v);  // [T, H, d_v]
   float* q_abs = take_floats(scratch, std::min(T, kPrefillQueryChunk) * H * r_kv);
