@@ -4,8 +4,9 @@
 # bounded-gate KDA, gated MLA, AttnRes; the demo model, dayzero_hybrid, trained, so its attention
 # and KDA states matter) on 2048-token prompts, 128 times the tiny models' index_topk (16), so
 # every query's selection reaches keys the other ranks computed. Full prefill, chunked prefill
-# (pieces of each chunk over the ranks, the earlier chunks from the cache) and decode (rows run on
-# every rank) at CP 2 and TP 2 x CP 2, full prefill also at CP 4 and in the contiguous layout.
+# (pieces of each chunk over the ranks, the earlier chunks from the cache) and 148 decode steps (rows
+# run on every rank, each reading the keys of its own blocks: DCP) at CP 2 and TP 2 x CP 2, full prefill
+# also at CP 4 and in the contiguous layout.
 # Then generate, and prefix-cache hits with state checkpoints, at CP 2; plans CP cannot run yet are
 # refused by every rank. The KDA exchange itself is held to FP32 bounds by
 # model.context_parallel.np2/np4; this is the end-to-end check.
@@ -30,7 +31,7 @@ run=0
 for model_vocab in "$work/deepseek_v32:512" "$work/kimi_linear:512" "$work/kimi_k3:512" "$demo:4096"; do
   model=${model_vocab%:*} vocab=${model_vocab##*:}
   ids=$("$python" -c "import random; r = random.Random(5); print(','.join(str(r.randrange($vocab)) for _ in range(2048)))")
-  for path in "" "--prefill-chunk 700" "--decode-from 2040 --prefill-chunk 1500"; do
+  for path in "" "--prefill-chunk 700" "--decode-from 1900 --prefill-chunk 1000"; do
     # shellcheck disable=SC2086
     "$dayzero" --log-level warn logits --model "$model" --token-ids "$ids" --threads 1 $path \
       --output "$work/one$run.npy"
@@ -47,14 +48,20 @@ for model_vocab in "$work/deepseek_v32:512" "$work/kimi_linear:512" "$work/kimi_
     run=$((run + 1))
   done
 done
-printf '%s\n' "${pairs[@]}" | "$python" -c '
+printf '%s\n' "${pairs[@]}" >"$work/pairs.txt"
+"$python" - "$work/pairs.txt" <<'PY'
 import sys
 import numpy as np
 bad = []
-for line in sys.stdin:
+for line in open(sys.argv[1]):
     one, plan, label = line.rstrip("\n").split(" ", 2)
     a, b = np.load(one), np.load(plan)
     assert a.shape == b.shape, (label, a.shape, b.shape)
+    # Decode rows are judged alone: each reads only its rank's keys and the ranks merge their
+    # indexer candidates and partial outputs (only own partials: median 4e-2, agreement 0.93;
+    # only own candidates: 1.9e-2 on the demo model).
+    if "--decode-from 1900" in label:
+        a, b = a[1900:], b[1900:]
     rel = np.linalg.norm(a - b, axis=1) / np.linalg.norm(a, axis=1)
     agree = (a.argmax(1) == b.argmax(1)).mean()
     print(f"{label}: max rel L2 {rel.max():.2e}, median {np.median(rel):.2e}, argmax agreement {agree:.3f}")
@@ -63,7 +70,7 @@ for line in sys.stdin:
     if not (np.median(rel) < 1e-2 and agree >= 0.97):
         bad.append(label)
 assert not bad, f"context-parallel logits differ from one process: {bad}"
-'
+PY
 
 # generate at CP 2: rank 0 schedules and samples, every rank runs its pieces of each step.
 "$dayzero" --log-level warn generate --model "$demo" --prompt "Once upon a time" --max-tokens 16 \

@@ -262,6 +262,7 @@ void mla_attention_absorbed(const ExecContext& ctx, const MlaCacheView& cache,
       }
       const float inv_total = 1.0f / total;
       for (int64_t c = 0; c < r_kv; ++c) o[c] *= inv_total;
+      if (args.lse != nullptr) args.lse[i * num_heads + h] = max_m + std::log(total);
     }
   });
 }

@@ -50,6 +50,9 @@ struct MlaAbsorbedArgs {
   int64_t q_pe_token_stride = 0;
   int64_t q_pe_head_stride = 0;
   float* o_lat = nullptr;  // [num_queries, H, r_kv], contiguous
+  // Optional [num_queries, H]: log Σ_s exp(S_h[s]), natural log of the scaled scores, so that
+  // outputs over disjoint key sets merge exactly (context parallelism: docs/parallel.md §9.4).
+  float* lse = nullptr;
 };
 
 struct MlaPrefillArgs {

@@ -74,6 +74,12 @@ void mla_attention_absorbed_ref(const MlaCacheView& cache, const MlaQueryKeys& k
         for (int64_t c = 0; c < d_r; ++c) dot += double{q_pe[c]} * rec[r_kv + c];
         p[k] = dot * args.softmax_scale;
       }
+      if (args.lse != nullptr) {
+        const double max_score = *std::max_element(p.begin(), p.end());
+        double sum = 0;
+        for (double score : p) sum += std::exp(score - max_score);
+        args.lse[i * num_heads + h] = static_cast<float>(max_score + std::log(sum));
+      }
       softmax_in_place(p);
       float* o = args.o_lat + (i * num_heads + h) * r_kv;
       for (int64_t c = 0; c < r_kv; ++c) {

@@ -221,6 +221,18 @@ TEST_P(MlaAttention, TiledFormsMatchReferencesDenseAndSparse) {
       mla_attention_absorbed(ctx, p.cache(), p.keys(), absorbed_args(p, q_abs, o_lat),
                              aligned(ws_a));
       EXPECT_LT(rel_rms(o_lat, ref_lat), kFp32Tolerance) << num_threads << " threads";
+      // The log-sum-exp the context-parallel merge weighs partial outputs by: FP32 against FP64,
+      // an absolute error of a few ulps of the largest score (|S| < 30 here).
+      std::vector<float> lse(p.query_positions.size() * static_cast<size_t>(p.dims.num_heads));
+      std::vector<float> ref_lse(lse.size()), unused;
+      MlaAbsorbedArgs with_lse = absorbed_args(p, q_abs, unused);
+      with_lse.lse = ref_lse.data();
+      mla_attention_absorbed_ref(p.cache(), p.keys(), with_lse);
+      with_lse.lse = lse.data();
+      auto ws_l = absorbed_workspace(ctx, p);
+      mla_attention_absorbed(ctx, p.cache(), p.keys(), with_lse, aligned(ws_l));
+      for (size_t j = 0; j < lse.size(); ++j)
+        EXPECT_NEAR(lse[j], ref_lse[j], 1e-4) << num_threads << " threads, lse " << j;
       auto ws_p = prefill_workspace(ctx, p);
       mla_attention_prefill(ctx, p.cache(), p.keys(), prefill_args(p, out), aligned(ws_p));
       EXPECT_LT(rel_rms(out, ref_out), kFp32Tolerance) << num_threads << " threads";

@@ -139,6 +139,14 @@ void ContextSplit::share_index_keys(const kernels::IndexCacheLayout& layout, std
       layer);
 }
 
+std::vector<std::byte> ContextSplit::gather_equal(std::span<const std::byte> mine,
+                                                  int layer) const {
+  std::vector<std::byte> all(mine.size() * static_cast<size_t>(ranks()));
+  const std::vector<int64_t> counts(static_cast<size_t>(ranks()), static_cast<int64_t>(mine.size()));
+  comm_.all_gather(mine, all, counts, dist::WireType::kU8, layer);
+  return all;
+}
+
 std::vector<float> ContextSplit::gather_pieces(std::span<const float> mine,
                                                int64_t floats_per_piece, int layer) const {
   const int64_t per_rank = num_split() * 2 * floats_per_piece;

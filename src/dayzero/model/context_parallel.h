@@ -55,6 +55,17 @@ class ContextSplit {
   // The piece local slice i runs; nullopt for a sequence that runs whole on every rank.
   std::optional<ContextPiece> piece_of_slice(size_t slice) const;
 
+  // Decode with the history sharded (DCP, docs/parallel.md §9.4): for the whole sequences (decode
+  // rows), rank r reads only the keys of the blocks it owns, logical block b when b % C == r; the
+  // indexer's candidates and attention's partial outputs are then merged over the ranks.
+  // Whether local slice i reads only its owned keys (a whole sequence, not a piece).
+  bool shards_keys(size_t slice) const { return !piece_of_slice(slice).has_value(); }
+  bool owns_key(int64_t position, int64_t block_size) const {
+    return position / block_size % ranks() == rank();
+  }
+  // The same number of bytes from every rank, in rank order.
+  std::vector<std::byte> gather_equal(std::span<const std::byte> mine, int layer) const;
+
   // Gathers the cache rows every other rank wrote for its pieces this step into this rank's pool
   // (one all-gather). The rows this rank wrote are already there.
   void share_mla_records(const kernels::MlaCacheLayout& layout, std::byte* pool, int layer) const;

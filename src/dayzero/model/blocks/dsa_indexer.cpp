@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "dayzero/core/check.h"
@@ -18,6 +19,8 @@
 
 namespace dz::model {
 namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
 
 template <typename T>
 T* take(Arena& scratch, int64_t num_elems) {
@@ -153,7 +156,9 @@ void DsaIndexer::select(const ExecContext& ctx, const ForwardBatch& batch, const
                              ctx, kernels::IndexKeyCache{cache.layout, cache.pool, seq.block_table},
                              queries_of(seq), K));
   const std::span<std::byte> workspace = scratch.allocate(workspace_bytes);
-  for (const SequenceSlice& seq : batch.sequences) {
+  for (size_t i = 0; i < batch.sequences.size(); ++i) {
+    const SequenceSlice& seq = batch.sequences[i];
+    if (batch.context != nullptr && batch.context->shards_keys(i)) continue;  // below
     const auto rows = static_cast<size_t>(seq.token_begin * K);
     const auto num_values = static_cast<size_t>(seq.num_tokens * K);
     kernels::lightning_indexer(
@@ -162,11 +167,103 @@ void DsaIndexer::select(const ExecContext& ctx, const ForwardBatch& batch, const
         scores != nullptr ? std::span<float>(scores + rows, num_values) : std::span<float>(),
         workspace);
   }
+  if (batch.context != nullptr)
+    select_sharded(ctx, batch, q_codes, w, cache, selection, scores, layer_id);
   if (taps != nullptr) {
     float* as_float = take<float>(scratch, T * K);
     for (int64_t i = 0; i < T * K; ++i) as_float[i] = static_cast<float>(selection[i]);
     tap(taps, layer_id, "index_selection", as_float, {T, K});
     tap(taps, layer_id, "index_scores", scores, {T, K});
+  }
+}
+
+void DsaIndexer::select_sharded(const ExecContext& ctx, const ForwardBatch& batch,
+                                const uint8_t* q_codes, const float* head_weights,
+                                const IndexLayerCache& cache, std::span<int32_t> selection,
+                                float* scores, int layer_id) const {
+  const ContextSplit& split = *batch.context;
+  const int64_t n_heads = config_.index_n_heads, head_dim = config_.index_head_dim;
+  const int64_t K = config_.index_topk, B = batch.block_size;
+  // This rank's candidates of every sharded row: K (score, position) pairs, −inf / −1 padded.
+  struct Candidate {
+    float score;
+    int32_t position;
+  };
+  std::vector<int64_t> rows;  // local token index of each sharded row
+  for (size_t i = 0; i < batch.sequences.size(); ++i)
+    if (split.shards_keys(i))
+      for (int64_t t = 0; t < batch.sequences[i].num_tokens; ++t)
+        rows.push_back(batch.sequences[i].token_begin + t);
+  if (rows.empty()) return;
+  std::vector<Candidate> mine(rows.size() * static_cast<size_t>(K), {-kInf, -1});
+  std::vector<int32_t> picked(static_cast<size_t>(K));
+  std::vector<float> picked_scores(static_cast<size_t>(K));
+  std::vector<std::byte> workspace;
+  size_t row = 0;
+  for (size_t i = 0; i < batch.sequences.size(); ++i) {
+    if (!split.shards_keys(i)) continue;
+    const SequenceSlice& seq = batch.sequences[i];
+    // The owned blocks, as a block table of their own: position p' in it is position
+    // owned[p' / B]·B + p' % B of the sequence.
+    std::vector<int32_t> owned, table;
+    for (int64_t b = 0; b * B < seq.num_cached_after(); ++b)
+      if (split.owns_key(b * B, B)) {
+        owned.push_back(static_cast<int32_t>(b));
+        table.push_back(seq.block_table[static_cast<size_t>(b)]);
+      }
+    const kernels::IndexKeyCache keys{cache.layout, cache.pool, table};
+    for (int64_t t = seq.token_begin; t < seq.token_begin + seq.num_tokens; ++t, ++row) {
+      const int32_t pos = batch.positions[static_cast<size_t>(t)];
+      int64_t visible = 0;  // owned keys at positions ≤ pos
+      for (int32_t b : owned) visible += std::clamp<int64_t>(pos + 1 - int64_t{b} * B, 0, B);
+      if (visible == 0) continue;
+      const int32_t last = static_cast<int32_t>(visible - 1);
+      const kernels::IndexerQueries query{.q_codes = q_codes + t * n_heads * head_dim,
+                                          .head_weights = head_weights + t * n_heads,
+                                          .positions = std::span(&last, 1),
+                                          .num_heads = n_heads};
+      // Beside select()'s own workspace, which scratch_bytes() sized the arena for.
+      const size_t bytes = kernels::lightning_indexer_workspace_bytes(ctx, keys, query, K);
+      if (workspace.size() < bytes + 64) workspace.resize(bytes + 64);
+      const auto offset = static_cast<size_t>(
+          (64 - reinterpret_cast<uintptr_t>(workspace.data()) % 64) % 64);
+      kernels::lightning_indexer(ctx, keys, query, K, picked, picked_scores,
+                                 std::span(workspace.data() + offset, bytes));
+      for (int64_t j = 0; j < K && picked[static_cast<size_t>(j)] >= 0; ++j) {
+        const int32_t p = picked[static_cast<size_t>(j)];
+        mine[row * static_cast<size_t>(K) + static_cast<size_t>(j)] = {
+            picked_scores[static_cast<size_t>(j)],
+            owned[static_cast<size_t>(p / B)] * static_cast<int32_t>(B) + p % static_cast<int32_t>(B)};
+      }
+    }
+  }
+  // Every rank's candidates; each row's top k_t of their union is its top k_t over all keys,
+  // since each of those is among its owner's top K. Same order as the kernel: score descending
+  // (NaN as −inf), then position ascending.
+  const std::vector<std::byte> all = split.gather_equal(std::as_bytes(std::span(mine)), layer_id);
+  const auto* every = reinterpret_cast<const Candidate*>(all.data());
+  std::vector<Candidate> merged;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    merged.clear();
+    for (int rank = 0; rank < split.ranks(); ++rank)
+      for (int64_t j = 0; j < K; ++j) {
+        Candidate c = every[(static_cast<size_t>(rank) * rows.size() + r) * static_cast<size_t>(K) +
+                            static_cast<size_t>(j)];
+        if (c.position < 0) continue;
+        if (std::isnan(c.score)) c.score = -kInf;
+        merged.push_back(c);
+      }
+    std::sort(merged.begin(), merged.end(), [](const Candidate& a, const Candidate& b) {
+      return a.score != b.score ? a.score > b.score : a.position < b.position;
+    });
+    const int64_t t = rows[r];
+    const int64_t keep = std::min<int64_t>({K, batch.positions[static_cast<size_t>(t)] + 1,
+                                            static_cast<int64_t>(merged.size())});
+    for (int64_t j = 0; j < K; ++j) {
+      const bool taken = j < keep;
+      selection[static_cast<size_t>(t * K + j)] = taken ? merged[static_cast<size_t>(j)].position : -1;
+      if (scores != nullptr) scores[t * K + j] = taken ? merged[static_cast<size_t>(j)].score : -kInf;
+    }
   }
 }
 

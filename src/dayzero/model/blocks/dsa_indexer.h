@@ -68,6 +68,13 @@ class DsaIndexer {
   size_t scratch_bytes(const ExecContext& ctx, int64_t max_tokens, int64_t max_range) const;
 
  private:
+  // Context parallelism, the decode rows (docs/parallel.md §9.4): each rank scores only the keys
+  // it owns, and the ranks' top-K (score, position) candidates are merged into each row's
+  // selection.
+  void select_sharded(const ExecContext& ctx, const ForwardBatch& batch, const uint8_t* q_codes,
+                      const float* head_weights, const IndexLayerCache& cache,
+                      std::span<int32_t> selection, float* scores, int layer_id) const;
+
   DsaIndexerConfig config_;
   DsaIndexerWeights weights_;
 };

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "dayzero/core/check.h"
@@ -255,7 +256,9 @@ void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
     group_tokens = 0;
   };
 
-  for (const SequenceSlice& seq : batch.sequences) {
+  for (size_t i = 0; i < batch.sequences.size(); ++i) {
+    const SequenceSlice& seq = batch.sequences[i];
+    if (batch.context != nullptr && batch.context->shards_keys(i)) continue;  // below
     const kernels::MlaCacheView view{.layout = cache.layout,
                                      .pool = cache.pool,
                                      .block_size = batch.block_size,
@@ -300,6 +303,7 @@ void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
     }
   }
   flush_group();
+  if (batch.context != nullptr) attend_sharded(ctx, batch, q, cache, selection, o, workspace, layer_id);
 
   if (c.output_gate) {  // K3: o_h ⊙ σ(Linear(x; g_proj))_h, the gate logits rounded like any linear
     float* gate = take_floats(scratch, T * H * d_v);
@@ -312,6 +316,100 @@ void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
   if (c.output_is_partial) return;
   kernels::round_to_bf16(out, T * c.hidden_size);
   tap(taps, layer_id, "attn_out", out, Shape{T, c.hidden_size});
+}
+
+void MlaBlock::attend_sharded(const ExecContext& ctx, const ForwardBatch& batch, const float* q,
+                              const MlaLayerCache& cache, const TokenSelection& selection,
+                              float* o, std::span<std::byte> workspace, int layer_id) const {
+  const ContextSplit& split = *batch.context;
+  const MlaConfig& c = config_;
+  const int64_t H = c.num_heads, r_kv = c.kv_lora_rank, d_n = c.qk_nope_head_dim;
+  const int64_t d_v = c.v_head_dim, q_width = d_n + c.qk_rope_head_dim;
+  std::vector<std::pair<size_t, int64_t>> rows;  // (slice, local token) of every sharded row
+  for (size_t i = 0; i < batch.sequences.size(); ++i)
+    if (split.shards_keys(i))
+      for (int64_t t = 0; t < batch.sequences[i].num_tokens; ++t)
+        rows.emplace_back(i, batch.sequences[i].token_begin + t);
+  if (rows.empty()) return;
+  const auto R = static_cast<int64_t>(rows.size());
+  const kernels::MlaAbsorbDims dims{.num_heads = H, .nope_dim = d_n, .latent_dim = r_kv, .v_dim = d_v};
+  // This rank's partial of every row over the keys it owns: o_lat [R, H, r_kv], then lse [R, H]
+  // (−inf: no owned key, weight 0 in the merge).
+  std::vector<float> partial(static_cast<size_t>(R * H * (r_kv + 1)), 0.0f);
+  float* lse = partial.data() + R * H * r_kv;
+  std::fill_n(lse, R * H, -std::numeric_limits<float>::infinity());
+  std::vector<float> q_abs(static_cast<size_t>(H * r_kv));
+  std::vector<int32_t> keys;
+  for (int64_t r = 0; r < R; ++r) {
+    const auto [slice, t] = rows[static_cast<size_t>(r)];
+    const SequenceSlice& seq = batch.sequences[slice];
+    const int32_t pos = batch.positions[static_cast<size_t>(t)];
+    keys.clear();
+    if (selection.width > 0) {
+      for (int32_t p : selection.positions.subspan(static_cast<size_t>(t * selection.width),
+                                                   static_cast<size_t>(selection.width)))
+        if (p >= 0 && split.owns_key(p, batch.block_size)) keys.push_back(p);
+    } else {
+      for (int32_t p = 0; p <= pos; ++p)
+        if (split.owns_key(p, batch.block_size)) keys.push_back(p);
+    }
+    if (keys.empty()) continue;
+    kernels::mla_absorb_q(ctx, dims,
+                          {.q_nope = q + t * H * q_width,
+                           .token_stride = H * q_width,
+                           .head_stride = q_width,
+                           .w_uk = w_uk_.data(),
+                           .q_abs = q_abs.data()},
+                          1);
+    const kernels::MlaCacheView view{.layout = cache.layout,
+                                     .pool = cache.pool,
+                                     .block_size = batch.block_size,
+                                     .block_table = seq.block_table};
+    kernels::mla_attention_absorbed(
+        ctx, view,
+        {.positions = std::span(&pos, 1),
+         .selection = keys,
+         .selection_width = static_cast<int64_t>(keys.size())},
+        {.num_heads = H,
+         .softmax_scale = c.softmax_scale,
+         .q_abs = q_abs.data(),
+         .q_pe = q + t * H * q_width + d_n,
+         .q_pe_token_stride = H * q_width,
+         .q_pe_head_stride = q_width,
+         .o_lat = partial.data() + r * H * r_kv,
+         .lse = lse + r * H},
+        workspace);
+  }
+  // The ranks' partials merged by log-sum-exp, in rank order (the same bits on every rank):
+  // o = Σ_k e^(lse_k − lse*)·o_k with lse* = log Σ_k e^(lse_k).
+  const std::vector<std::byte> all =
+      split.gather_equal(std::as_bytes(std::span(partial)), layer_id);
+  const auto* every = reinterpret_cast<const float*>(all.data());
+  const int64_t per_rank = R * H * (r_kv + 1);
+  std::vector<float> merged(static_cast<size_t>(H * r_kv));
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t h = 0; h < H; ++h) {
+      float max_lse = -std::numeric_limits<float>::infinity();
+      for (int k = 0; k < split.ranks(); ++k)
+        max_lse = std::max(max_lse, every[k * per_rank + R * H * r_kv + r * H + h]);
+      float total = 0;
+      float* out = merged.data() + h * r_kv;
+      std::fill_n(out, r_kv, 0.0f);
+      for (int k = 0; k < split.ranks(); ++k) {
+        const float lse_k = every[k * per_rank + R * H * r_kv + r * H + h];
+        if (lse_k == -std::numeric_limits<float>::infinity()) continue;
+        const float weight = std::exp(lse_k - max_lse);
+        total += weight;
+        const float* o_k = every + k * per_rank + (r * H + h) * r_kv;
+        for (int64_t i = 0; i < r_kv; ++i) out[i] += weight * o_k[i];
+      }
+      for (int64_t i = 0; i < r_kv; ++i) out[i] /= total;
+    }
+    kernels::mla_expand_o(ctx, dims,
+                          {.o_lat = merged.data(), .w_uv = w_uv_.data(),
+                           .o = o + rows[static_cast<size_t>(r)].second * H * d_v},
+                          1);
+  }
 }
 
 }  // namespace dz::model

@@ -105,6 +105,13 @@ class MlaBlock {
                Arena& scratch, TapSink* taps, int layer_id) const;
 
  private:
+  // Context parallelism, the decode rows (docs/parallel.md §9.4): attention over the keys this
+  // rank owns (of the selection, or of the causal prefix), the ranks' partial outputs merged by
+  // log-sum-exp; writes those rows of o [T, H, d_v].
+  void attend_sharded(const ExecContext& ctx, const ForwardBatch& batch, const float* q,
+                      const MlaLayerCache& cache, const TokenSelection& selection, float* o,
+                      std::span<std::byte> workspace, int layer_id) const;
+
   MlaConfig config_;
   MlaWeights weights_;
   std::vector<float> w_uk_;  // [H, d_n, r_kv]
