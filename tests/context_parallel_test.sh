@@ -72,6 +72,27 @@ for line in open(sys.argv[1]):
 assert not bad, f"context-parallel logits differ from one process: {bad}"
 PY
 
+# Bytes on the wire against `dayzero analyze --cp 2` (rank 0's view): the demo model (DSA, KDA) prefills
+# 200 tokens in one chunk, all 200 logits rows asked for (analyze counts the last row only: the other
+# 100 rows rank 0 did not run come as final-norm rows), then decodes 100 tokens one step at a time.
+ids=$("$python" -c "import random; r = random.Random(9); print(','.join(str(r.randrange(4096)) for _ in range(300)))")
+"${mpirun[@]}" -np 2 "$dayzero" logits --model "$demo" --token-ids "$ids" --threads 1 --cp 2 \
+  --decode-from 200 --prefill-chunk 200 --output "$work/bytes.npy" 2>"$work/bytes.log"
+"$dayzero" analyze "$demo" --cp 2 --prefill-tokens 200 --batch 1 --json >"$work/analyze.json"
+"$python" - "$work/analyze.json" "$work/bytes.log" <<'PY'
+import json, re, sys
+a = json.load(open(sys.argv[1]))
+log = open(sys.argv[2]).read()
+measured = int(re.search(r"rank 0 of 2: \d+ collectives, (\d+) bytes received", log).group(1))
+prefill = sum(l["bytes_per_step"] for l in a["prefill_comm"] if l["dimension"] == "cp")
+decode = sum(l["bytes_per_step"] for l in a["decode_comm"] if l["dimension"] == "cp")
+assert all(l["implemented"] for l in a["prefill_comm"] + a["decode_comm"])
+expected = prefill + 100 * 256 * 4 + 100 * decode
+print(f"cp 2 traffic: rank 0 received {measured} B = analyze's {prefill} (prefill) + 100 rows "
+      f"+ 100 x {decode} (decode)")
+assert measured == expected, (measured, expected)
+PY
+
 # generate at CP 2: rank 0 schedules and samples, every rank runs its pieces of each step.
 "$dayzero" --log-level warn generate --model "$demo" --prompt "Once upon a time" --max-tokens 16 \
   --temperature 0 --threads 1 >"$work/gen1.txt"

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include "dayzero/cli/model_args.h"
@@ -372,6 +373,7 @@ Status run_prefill(const PrefillArgs& args) {
     std::fflush(stdout);
   };
   DZ_ASSIGN_OR_RETURN(std::vector<bench::PrefillRow> rows, bench::run_prefill(m, opt, print_row));
+  if (m.comm != nullptr) spdlog::info("{}", traffic_summary());  // rank 0's; the others print theirs
   if (c.json) {
     nlohmann::json out_rows = nlohmann::json::array();
     for (const bench::PrefillRow& r : rows) {

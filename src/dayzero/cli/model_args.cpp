@@ -10,6 +10,7 @@
 
 #include "dayzero/cli/default_model.h"
 #include "dayzero/dist/mpi_comm.h"
+#include "dayzero/model/decoder_layer.h"
 #include "dayzero/model/step_broadcast.h"
 
 namespace dz::cli {
@@ -68,6 +69,7 @@ Result<std::unique_ptr<model::CausalLm>> agree_on_load(
   for (int r = 0; r < comm.size(); ++r)
     if (failed[static_cast<size_t>(r)] != 0) ranks_failed.push_back(r);
   comm.stats().reset();  // the traffic reported from here on is the model's
+  model::mixer_seconds() = {};
   if (!ranks_failed.empty())
     return make_error(StatusCode::kInternal,
                       "rank {}: rank(s) {} could not load their shard (their own error says why)",
@@ -151,11 +153,14 @@ std::string traffic_summary() {
   std::string by_op;
   for (const auto& [op, bytes] : received)
     by_op += fmt::format("{}{} {}", by_op.empty() ? "" : ", ", dist::comm_op_name(op), bytes);
+  const model::MixerSeconds& mixers = model::mixer_seconds();
   return fmt::format(
       "rank {} of {}: {} collectives, {} bytes received, {} sent (received: {}); step messages: "
-      "{} collectives",
+      "{} collectives; mixer seconds: indexer {:.3f}, MLA {:.3f}, KDA {:.3f}, of which CP "
+      "exchange {:.3f}",
       state.world->rank(), state.world->size(), model.calls, model.bytes_received, model.bytes_sent,
-      by_op.empty() ? "none" : by_op, steps.calls);
+      by_op.empty() ? "none" : by_op, steps.calls, mixers.indexer, mixers.mla, mixers.kda,
+      mixers.exchange);
 }
 
 Result<int> plan_rank(const ModelArgs& args) {

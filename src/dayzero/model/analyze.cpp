@@ -62,7 +62,7 @@ void count_caches(const ModelDims& d, const AnalyzeOptions& o, Analysis& a) {
 
 // The collectives of one step of T tokens, `rows` of which ask for logits.
 std::vector<CommLine> step_comm(const ModelDims& d, const Analysis& a, const ParallelPlan& plan,
-                                int64_t tokens, int64_t rows, bool prefill) {
+                                int64_t step_tokens, int64_t rows, bool prefill) {
   std::vector<CommLine> lines;
   auto add = [&](std::string dimension, std::string what, std::string formula, int64_t per_layer,
                  int64_t layers, bool implemented) {
@@ -76,6 +76,15 @@ std::vector<CommLine> step_comm(const ModelDims& d, const Analysis& a, const Par
                      .implemented = implemented});
   };
   const int64_t h = d.hidden_size;
+  // Under context parallelism a prompt of T tokens is cut into 2·cp pieces; rank 0 runs pieces 0
+  // and 2cp−1 (zigzag), so its TP collectives carry those tokens.
+  const int64_t pieces = 2 * int64_t{plan.cp};
+  const auto piece_tokens = [&](int64_t j) {
+    return step_tokens * (j + 1) / pieces - step_tokens * j / pieces;
+  };
+  const bool split = plan.cp > 1 && prefill && step_tokens >= pieces;
+  const int64_t tokens = split ? piece_tokens(0) + piece_tokens(pieces - 1) : step_tokens;
+  const int64_t others_tokens = step_tokens - tokens;  // what rank 0 gathers
   if (plan.tp > 1) {
     // Rank 0's share; every rank receives the same where tp divides T·h.
     const int64_t reduce =
@@ -122,19 +131,35 @@ std::vector<CommLine> step_comm(const ModelDims& d, const Analysis& a, const Par
     add("ep", "combine: weighted FP32 outputs back to the token's rank", "T/tp * r * h_r * 4",
         combine, moe, a.runnable);
   }
-  if (plan.cp > 1 && prefill) {
-    const int64_t b_kv =
-        d.kv_lora_rank % 128 == 0 ? a.mla_bytes_per_token_fp8 : a.mla_bytes_per_token_bf16;
-    const int mla = a.mla_layers + a.mla_dsa_layers;
-    const int64_t per_layer_row = mla > 0 ? (b_kv + a.index_bytes_per_token) / mla : 0;
-    add("cp", "all-gather of the chunk's latent and indexer-key rows (zigzag)",
-        "(cp-1)/cp * T * (b_kv + b_idx)", (plan.cp - 1) * (tokens / plan.cp) * per_layer_row, mla,
-        false);
-    const int64_t local_heads = d.kda_heads / plan.tp;
-    add("cp", "all-gather of the KDA chunk summaries [M | dS] (two pieces per rank)",
-        "2 * (cp-1) * H/tp * d * 2d * 4",
-        2 * (plan.cp - 1) * local_heads * d.kda_head_dim * 2 * d.kda_head_dim * 4, a.kda_layers,
-        false);
+  const int mla = a.mla_layers + a.mla_dsa_layers;
+  const bool fp8 = d.mla_cache_fp8 && d.kv_lora_rank % 128 == 0;  // the recipe's default cache
+  const int64_t record = mla > 0 ? (fp8 ? a.mla_bytes_per_token_fp8 : a.mla_bytes_per_token_bf16) / mla : 0;
+  const int64_t local_heads = d.kda_heads / plan.tp, kda_d = d.kda_head_dim;
+  if (split) {
+    add("cp", "all-gather of the other pieces' latent records", "(T - T_0) * b_kv",
+        others_tokens * record, mla, a.runnable);
+    add("cp", "all-gather of the other pieces' indexer keys", "(T - T_0) * (d_I + 4)",
+        others_tokens * (d.index_head_dim + 4), a.mla_dsa_layers, a.runnable);
+    add("cp", "all-gather of the KDA pieces' last W-1 pre-conv rows (q, k, v)",
+        "2 * (cp-1) * 3 * (W-1) * H/tp * d * 4",
+        2 * (plan.cp - 1) * 3 * (d.kda_conv_size - 1) * local_heads * kda_d * 4, a.kda_layers,
+        a.runnable);
+    add("cp", "all-gather of the KDA pieces' summaries [P | dX]", "2 * (cp-1) * H/tp * 2 * d^2 * 4",
+        2 * (plan.cp - 1) * local_heads * 2 * kda_d * kda_d * 4, a.kda_layers, a.runnable);
+    // The asked rows are the last R tokens; rank 0 ran the last piece (and the first).
+    const int64_t rank0_rows = std::min(rows, piece_tokens(pieces - 1)) +
+                               std::max<int64_t>(0, rows - (step_tokens - piece_tokens(0)));
+    add("cp", "final-norm rows of the asked logits, from the ranks that ran them",
+        "(R - R_0) * h * 4", (rows - rank0_rows) * h * 4, 1, a.runnable);
+  }
+  if (plan.cp > 1 && !prefill) {  // decode rows: each rank reads its own blocks' keys (DCP)
+    add("cp", "all-gather of the partial outputs and their log-sum-exp (MLA)",
+        "(cp-1) * B * H/tp * (r_kv + 1) * 4",
+        (plan.cp - 1) * tokens * (d.mla_heads / plan.tp) * (d.kv_lora_rank + 1) * 4, mla,
+        a.runnable);
+    add("cp", "all-gather of the indexer's top-k (score, position) candidates",
+        "(cp-1) * B * k * 8", (plan.cp - 1) * tokens * d.index_topk * 8, a.mla_dsa_layers,
+        a.runnable);
   }
   return lines;
 }
@@ -191,7 +216,11 @@ void list_requirements(const Architecture& arch, const std::string& refusal,
   if (plan.ep > 1)
     need("expert parallelism (--ep)", a.runnable,
          a.runnable ? under_mpirun : "the model is not runnable");
-  if (plan.cp > 1) need("context parallelism (--cp)", false, "not built yet");
+  if (plan.cp > 1)
+    need("context parallelism (--cp)", a.runnable && plan.ep == 1,
+         !a.runnable    ? "the model is not runnable"
+         : plan.ep == 1 ? under_mpirun
+                        : "not built yet with --ep > 1");
 }
 
 std::string bytes_text(int64_t bytes) {

@@ -134,6 +134,36 @@ TEST(Analyze, KimiLinearStateSplitsByHead) {
   EXPECT_TRUE(find_line(a.decode_comm, "all-reduce after o_proj")->implemented);
 }
 
+// Context parallelism, worked by hand (docs/parallel.md §9.5): Kimi-Linear (hidden 2304, 32 KDA
+// heads of 128, conv 4; 7 MLA layers, r_kv 512) at tp 2 x cp 2, a 4096-token prefill cut into 4
+// pieces of 1024: rank 0 runs pieces 0 and 3 and gathers the other 2048 tokens' rows.
+TEST(Analyze, KimiLinearUnderTp2Cp2) {
+  const Analysis a =
+      analyze("kimi_linear", {.plan = {.tp = 2, .cp = 2}, .batch = 4, .prefill_tokens = 4096});
+  ASSERT_TRUE(a.plan_status.ok()) << a.plan_status.to_string();
+  const CommLine* records = find_line(a.prefill_comm, "all-gather of the other pieces' latent");
+  ASSERT_NE(records, nullptr);
+  EXPECT_EQ(records->bytes_per_layer, 2048 * 1152);  // Kimi's default cache: BF16 records
+  EXPECT_EQ(records->layers, 7);
+  // Tails: 2 pieces x 1 other rank x 3 (q, k, v) x 3 rows x 16 heads x 128 x 4 B.
+  EXPECT_EQ(find_line(a.prefill_comm, "all-gather of the KDA pieces' last")->bytes_per_layer,
+            2 * 3 * 3 * 16 * 128 * 4);
+  // Summaries [P | dX]: 2 pieces x 16 heads x 2 x 128 x 128 x 4 B, whatever T.
+  EXPECT_EQ(find_line(a.prefill_comm, "all-gather of the KDA pieces' summaries")->bytes_per_layer,
+            2 * 16 * 2 * 128 * 128 * 4);
+  EXPECT_EQ(find_line(a.prefill_comm, "all-gather of the KDA pieces' summaries")->layers, 20);
+  // The TP all-reduces carry rank 0's 2048 tokens: 2 (2-1)/2 x 2048 x 2304 x 4.
+  EXPECT_EQ(find_line(a.prefill_comm, "all-reduce after o_proj")->bytes_per_layer,
+            2048 * 2304 * 4);
+  // Decode, 4 rows: every rank's partial [4, 16 heads, 512 + 1] per MLA layer; no indexer.
+  EXPECT_EQ(find_line(a.decode_comm, "all-gather of the partial outputs")->bytes_per_layer,
+            4 * 16 * 513 * 4);
+  for (const CommLine& line : a.decode_comm) EXPECT_EQ(line.what.find("candidates"), std::string::npos);
+  EXPECT_TRUE(has_requirement(a, "context parallelism", true));
+  EXPECT_TRUE(has_requirement(
+      analyze("deepseek_v32", {.plan = {.ep = 2, .cp = 2}}), "context parallelism", false));
+}
+
 TEST(Analyze, KimiK3AtTp8MatchesTheDesignFigure) {
   const Analysis a = analyze("kimi_k3", {.plan = {.tp = 8}});
   ASSERT_TRUE(a.plan_status.ok()) << a.plan_status.to_string();

@@ -42,6 +42,7 @@ struct ModelDims {
   int64_t mla_heads = 0;
   int64_t kv_lora_rank = 0;
   int64_t qk_rope_head_dim = 0;
+  bool mla_cache_fp8 = false;  // the recipe's default latent cache: FP8 (DeepSeek) or BF16 (Kimi)
   bool mla_uses_rope = false;  // false: Kimi's NoPE MLA
   // DSA lightning indexer.
   int64_t index_n_heads = 0;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "dayzero/core/check.h"
+#include "dayzero/model/mixer_seconds.h"
 
 namespace dz::model {
 
@@ -98,7 +99,9 @@ void ContextSplit::share_rows(int64_t record_bytes, Pack pack, Unpack unpack, in
     if (slot >= 0) pack(slot, send.data() + i * static_cast<size_t>(record_bytes));
   }
   std::vector<std::byte> all(static_cast<size_t>(total));
+  const auto start = std::chrono::steady_clock::now();
   comm_.all_gather(send, all, counts, dist::WireType::kU8, layer);
+  mixer_seconds().exchange += seconds_since(start);
   size_t at = 0;
   for (int r = 0; r < ranks(); ++r) {
     for (int64_t t : tokens[static_cast<size_t>(r)]) {
@@ -143,7 +146,9 @@ std::vector<std::byte> ContextSplit::gather_equal(std::span<const std::byte> min
                                                   int layer) const {
   std::vector<std::byte> all(mine.size() * static_cast<size_t>(ranks()));
   const std::vector<int64_t> counts(static_cast<size_t>(ranks()), static_cast<int64_t>(mine.size()));
+  const auto start = std::chrono::steady_clock::now();
   comm_.all_gather(mine, all, counts, dist::WireType::kU8, layer);
+  mixer_seconds().exchange += seconds_since(start);
   return all;
 }
 
@@ -154,8 +159,10 @@ std::vector<float> ContextSplit::gather_pieces(std::span<const float> mine,
            mine.size(), per_rank);
   std::vector<float> by_rank(static_cast<size_t>(per_rank * ranks()));
   const std::vector<int64_t> counts(static_cast<size_t>(ranks()), per_rank);
+  const auto start = std::chrono::steady_clock::now();
   comm_.all_gather(std::as_bytes(mine), std::as_writable_bytes(std::span(by_rank)), counts,
                    dist::WireType::kF32, layer);
+  mixer_seconds().exchange += seconds_since(start);
   // [rank, sequence, 2, floats] → [sequence, piece, floats]
   std::vector<float> out(by_rank.size());
   for (int r = 0; r < ranks(); ++r) {

@@ -1,6 +1,7 @@
 #include "dayzero/model/decoder_layer.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include <fmt/format.h>
 
@@ -74,8 +75,10 @@ void DecoderLayer::attention(const ExecContext& ctx, const ForwardBatch& batch, 
                              const float* normed, float* out, Arena& scratch, TapSink* taps) const {
   const int64_t T = batch.num_tokens();
   scratch.reset();
+  auto start = std::chrono::steady_clock::now();
   if (kda != nullptr) {
     kda->forward(ctx, batch, normed, cache.kda_layer(layer_id), out, scratch, taps, layer_id);
+    mixer_seconds().kda += seconds_since(start);
     if (kda->config().output_is_partial) sum_partial_output(out, T, taps);
     return;
   }
@@ -96,6 +99,7 @@ void DecoderLayer::attention(const ExecContext& ctx, const ForwardBatch& batch, 
     selection.resize(static_cast<size_t>(T * K));  // [T, K], −1 padded
     indexer->select(ctx, batch, normed, c_q.data(), cache.index_layer(layer_id), selection, scratch,
                     taps, layer_id);  // taps "index_selection"
+    mixer_seconds().indexer += seconds_since(start);
     if (const float* given = substitute(taps, layer_id, "index_selection", {T, K}))
       for (size_t i = 0; i < selection.size(); ++i) selection[i] = static_cast<int32_t>(given[i]);
     scratch.reset();
@@ -105,8 +109,10 @@ void DecoderLayer::attention(const ExecContext& ctx, const ForwardBatch& batch, 
                                     [K](int32_t pos) { return pos + 1 > K; });
     if (sparse) attend = TokenSelection{.positions = selection, .width = K};
   }
+  start = std::chrono::steady_clock::now();
   mla->forward(ctx, batch, normed, r_q > 0 ? c_q.data() : nullptr, cache.mla_layer(layer_id),
                attend, out, scratch, taps, layer_id);  // rounded BF16, taps "attn_out"
+  mixer_seconds().mla += seconds_since(start);
   if (mla->config().output_is_partial) sum_partial_output(out, T, taps);
 }
 

@@ -23,6 +23,7 @@
 #include "dayzero/model/forward_batch.h"
 #include "dayzero/model/kv_cache.h"
 #include "dayzero/model/layer_schedule.h"
+#include "dayzero/model/mixer_seconds.h"
 #include "dayzero/model/parallel_plan.h"
 #include "dayzero/model/taps.h"
 #include "dayzero/model/tensor_visitor.h"

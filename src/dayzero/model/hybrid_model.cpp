@@ -348,16 +348,12 @@ Status HybridModel::forward(const ExecContext& ctx, const ForwardBatch& batch, K
 Status HybridModel::forward_context_parallel(const ExecContext& ctx, const ForwardBatch& batch,
                                             KvCache& cache, std::span<const int64_t> logits_rows,
                                             float* out_logits, TapSink* taps) {
-  if (taps != nullptr)
-    return make_error(StatusCode::kUnsupported,
-                      "taps under context parallelism: each rank holds only its pieces of the "
-                      "step (compare logits instead)");
   DZ_RETURN_IF_ERROR(check_batch(batch, cache));
   const int64_t d = parts_.hidden_size;
   const ContextSplit split(batch, *parts_.cp_comm, parts_.cp_layout);
   const ForwardBatch& local = split.local();
   std::vector<float> hidden(static_cast<size_t>(local.num_tokens() * d));
-  run_layers(ctx, local, cache, hidden.data(), nullptr);
+  run_layers(ctx, local, cache, hidden.data(), taps);  // taps see this rank's tokens
   final_norm(ctx, hidden.data(), local.num_tokens(), hidden.data());
   // The asked rows from the ranks that ran them; every rank then computes the same logits.
   const std::vector<float> picked = split.gather_rows(logits_rows, hidden.data(), d, -1);

@@ -105,7 +105,8 @@ class HybridModel : public CausalLm {
  private:
   void ensure_scratch(const ExecContext& ctx, const ForwardBatch& batch);
   // forward() under context parallelism: this rank's part of the step (ContextSplit), then the
-  // final-norm rows asked for gathered from the ranks that ran them.
+  // final-norm rows asked for gathered from the ranks that ran them. Taps see the layers' values
+  // of this rank's tokens only.
   Status forward_context_parallel(const ExecContext& ctx, const ForwardBatch& batch,
                                   KvCache& cache, std::span<const int64_t> logits_rows,
                                   float* out_logits, TapSink* taps);

@@ -73,6 +73,7 @@ class DeepseekV32 final : public Architecture {
             .mla_heads = config_.num_attention_heads,
             .kv_lora_rank = config_.kv_lora_rank,
             .qk_rope_head_dim = config_.qk_rope_head_dim,
+            .mla_cache_fp8 = true,
             .mla_uses_rope = true,
             .index_n_heads = config_.index_n_heads,
             .index_head_dim = config_.index_head_dim,

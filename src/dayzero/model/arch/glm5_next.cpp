@@ -149,6 +149,7 @@ class Glm5Next final : public Architecture {
             .mla_heads = c.num_attention_heads,
             .kv_lora_rank = c.kv_lora_rank,
             .qk_rope_head_dim = c.qk_rope_head_dim,
+            .mla_cache_fp8 = true,
             .mla_uses_rope = c.qk_rope_head_dim > 0,
             .index_n_heads = c.index_n_heads,
             .index_head_dim = c.index_head_dim,
