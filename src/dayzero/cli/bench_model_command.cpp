@@ -373,7 +373,8 @@ Status run_prefill(const PrefillArgs& args) {
     std::fflush(stdout);
   };
   DZ_ASSIGN_OR_RETURN(std::vector<bench::PrefillRow> rows, bench::run_prefill(m, opt, print_row));
-  if (m.comm != nullptr) spdlog::info("{}", traffic_summary());  // rank 0's; the others print theirs
+  if (m.comm != nullptr)
+    spdlog::info("{}", traffic_summary());  // rank 0's; the others print theirs
   if (c.json) {
     nlohmann::json out_rows = nlohmann::json::array();
     for (const bench::PrefillRow& r : rows) {

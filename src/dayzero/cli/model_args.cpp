@@ -21,7 +21,8 @@ namespace {
 struct Ranks {
   std::unique_ptr<dist::MpiSession> session;
   std::unique_ptr<dist::MpiComm> world;
-  std::unique_ptr<dist::MpiComm> tp_group;  // this rank's TP group when ep or cp > 1 (else the world)
+  std::unique_ptr<dist::MpiComm>
+      tp_group;  // this rank's TP group when ep or cp > 1 (else the world)
   std::unique_ptr<dist::MpiComm> cp_group;  // this rank's CP group when cp > 1
 };
 Ranks& ranks() {
@@ -125,8 +126,7 @@ void add_parallel_options(CLI::App& command, ParallelArgs& args) {
       ->check(integer_at_least(1))
       ->capture_default_str();
   command
-      .add_option("--cp", args.cp,
-                  "context-parallel ranks sharing each long prompt (under mpirun)")
+      .add_option("--cp", args.cp, "context-parallel ranks sharing each long prompt (under mpirun)")
       ->check(integer_at_least(1))
       ->capture_default_str();
   command
@@ -193,8 +193,8 @@ Result<std::unique_ptr<model::CausalLm>> load_shard(const ModelArgs& args) {
   }
   if (plan.cp > 1) {  // the cp ranks of the same TP index (ep is 1)
     if (state.cp_group == nullptr)
-      state.cp_group = state.world->split(options.rank % (plan.tp * plan.ep),
-                                          plan.cp_rank(options.rank));
+      state.cp_group =
+          state.world->split(options.rank % (plan.tp * plan.ep), plan.cp_rank(options.rank));
     options.cp_comm = state.cp_group.get();
     options.cp_layout = args.parallel.cp_layout == "contiguous" ? model::ContextLayout::kContiguous
                                                                 : model::ContextLayout::kZigzag;

@@ -276,7 +276,8 @@ TEST(KdaTest, PieceSummariesRebuildTheRecurrence) {
     Result from_zero{std::vector<float>(in.q.size()), std::vector<float>(in.state.size())};
     Result from_identity{std::vector<float>(in.q.size()), std::vector<float>(in.state.size())};
     for (int64_t h = 0; h < H; ++h)
-      for (int64_t c = 0; c < d; ++c) from_identity.state[static_cast<size_t>(h * dd + c * d + c)] = 1;
+      for (int64_t c = 0; c < d; ++c)
+        from_identity.state[static_cast<size_t>(h * dd + c * d + c)] = 1;
     run_chunked_part(ExecContext{2}, in, m, n, m, chunk, from_zero);
     run_chunked_part(ExecContext{2}, zero_v, m, n, m, chunk, from_identity);
     std::vector<float> out(static_cast<size_t>(n * hd)), want(out.size());
@@ -287,15 +288,18 @@ TEST(KdaTest, PieceSummariesRebuildTheRecurrence) {
         for (int64_t r = 0; r < d; ++r) {
           double sum = from_zero.out[static_cast<size_t>((m + t) * hd + h * d + r)];
           for (int64_t c = 0; c < d; ++c)
-            sum += double{x[r * d + c]} * from_identity.out[static_cast<size_t>((m + t) * hd + h * d + c)];
+            sum += double{x[r * d + c]} *
+                   from_identity.out[static_cast<size_t>((m + t) * hd + h * d + c)];
           out[static_cast<size_t>(t * hd + h * d + r)] = static_cast<float>(sum);
-          want[static_cast<size_t>(t * hd + h * d + r)] = ref.out[static_cast<size_t>((m + t) * hd + h * d + r)];
+          want[static_cast<size_t>(t * hd + h * d + r)] =
+              ref.out[static_cast<size_t>((m + t) * hd + h * d + r)];
         }
       for (int64_t r = 0; r < d; ++r)
         for (int64_t j = 0; j < d; ++j) {
           double sum = from_zero.state[static_cast<size_t>(h * dd + r * d + j)];
           for (int64_t c = 0; c < d; ++c)
-            sum += double{x[r * d + c]} * from_identity.state[static_cast<size_t>(h * dd + c * d + j)];
+            sum +=
+                double{x[r * d + c]} * from_identity.state[static_cast<size_t>(h * dd + c * d + j)];
           state[static_cast<size_t>(h * dd + r * d + j)] = static_cast<float>(sum);
         }
     }

@@ -133,7 +133,8 @@ std::vector<CommLine> step_comm(const ModelDims& d, const Analysis& a, const Par
   }
   const int mla = a.mla_layers + a.mla_dsa_layers;
   const bool fp8 = d.mla_cache_fp8 && d.kv_lora_rank % 128 == 0;  // the recipe's default cache
-  const int64_t record = mla > 0 ? (fp8 ? a.mla_bytes_per_token_fp8 : a.mla_bytes_per_token_bf16) / mla : 0;
+  const int64_t record =
+      mla > 0 ? (fp8 ? a.mla_bytes_per_token_fp8 : a.mla_bytes_per_token_bf16) / mla : 0;
   const int64_t local_heads = d.kda_heads / plan.tp, kda_d = d.kda_head_dim;
   if (split) {
     add("cp", "all-gather of the other pieces' latent records", "(T - T_0) * b_kv",

@@ -153,15 +153,15 @@ TEST(Analyze, KimiLinearUnderTp2Cp2) {
             2 * 16 * 2 * 128 * 128 * 4);
   EXPECT_EQ(find_line(a.prefill_comm, "all-gather of the KDA pieces' summaries")->layers, 20);
   // The TP all-reduces carry rank 0's 2048 tokens: 2 (2-1)/2 x 2048 x 2304 x 4.
-  EXPECT_EQ(find_line(a.prefill_comm, "all-reduce after o_proj")->bytes_per_layer,
-            2048 * 2304 * 4);
+  EXPECT_EQ(find_line(a.prefill_comm, "all-reduce after o_proj")->bytes_per_layer, 2048 * 2304 * 4);
   // Decode, 4 rows: every rank's partial [4, 16 heads, 512 + 1] per MLA layer; no indexer.
   EXPECT_EQ(find_line(a.decode_comm, "all-gather of the partial outputs")->bytes_per_layer,
             4 * 16 * 513 * 4);
-  for (const CommLine& line : a.decode_comm) EXPECT_EQ(line.what.find("candidates"), std::string::npos);
+  for (const CommLine& line : a.decode_comm)
+    EXPECT_EQ(line.what.find("candidates"), std::string::npos);
   EXPECT_TRUE(has_requirement(a, "context parallelism", true));
-  EXPECT_TRUE(has_requirement(
-      analyze("deepseek_v32", {.plan = {.ep = 2, .cp = 2}}), "context parallelism", false));
+  EXPECT_TRUE(has_requirement(analyze("deepseek_v32", {.plan = {.ep = 2, .cp = 2}}),
+                              "context parallelism", false));
 }
 
 TEST(Analyze, KimiK3AtTp8MatchesTheDesignFigure) {

@@ -145,7 +145,8 @@ void ContextSplit::share_index_keys(const kernels::IndexCacheLayout& layout, std
 std::vector<std::byte> ContextSplit::gather_equal(std::span<const std::byte> mine,
                                                   int layer) const {
   std::vector<std::byte> all(mine.size() * static_cast<size_t>(ranks()));
-  const std::vector<int64_t> counts(static_cast<size_t>(ranks()), static_cast<int64_t>(mine.size()));
+  const std::vector<int64_t> counts(static_cast<size_t>(ranks()),
+                                    static_cast<int64_t>(mine.size()));
   const auto start = std::chrono::steady_clock::now();
   comm_.all_gather(mine, all, counts, dist::WireType::kU8, layer);
   mixer_seconds().exchange += seconds_since(start);
@@ -170,7 +171,8 @@ std::vector<float> ContextSplit::gather_pieces(std::span<const float> mine,
     for (int64_t s = 0; s < num_split(); ++s) {
       int which = 0;
       for (int piece : {first, second}) {
-        const float* src = by_rank.data() + ((r * num_split() + s) * 2 + which++) * floats_per_piece;
+        const float* src =
+            by_rank.data() + ((r * num_split() + s) * 2 + which++) * floats_per_piece;
         std::copy_n(src, floats_per_piece,
                     out.data() + (s * num_pieces() + piece) * floats_per_piece);
       }
@@ -205,7 +207,8 @@ std::vector<float> ContextSplit::gather_rows(std::span<const int64_t> rows, cons
                    dist::WireType::kF32, layer);
   std::vector<int64_t> next(static_cast<size_t>(ranks()), 0);  // offsets of each rank's rows
   for (int r = 1; r < ranks(); ++r)
-    next[static_cast<size_t>(r)] = next[static_cast<size_t>(r - 1)] + counts[static_cast<size_t>(r - 1)];
+    next[static_cast<size_t>(r)] =
+        next[static_cast<size_t>(r - 1)] + counts[static_cast<size_t>(r - 1)];
   for (size_t i = 0; i < rows.size(); ++i) {
     if (row_owner[i] < 0) continue;
     int64_t& from = next[static_cast<size_t>(row_owner[i])];

@@ -69,8 +69,7 @@ class ContextSplit {
   // Gathers the cache rows every other rank wrote for its pieces this step into this rank's pool
   // (one all-gather). The rows this rank wrote are already there.
   void share_mla_records(const kernels::MlaCacheLayout& layout, std::byte* pool, int layer) const;
-  void share_index_keys(const kernels::IndexCacheLayout& layout, std::byte* pool,
-                        int layer) const;
+  void share_index_keys(const kernels::IndexCacheLayout& layout, std::byte* pool, int layer) const;
 
   // Every rank's per-piece data: `mine` holds floats_per_piece values for each split sequence and
   // each of this rank's two pieces (sequence-major, pieces in order); the result holds them for
@@ -94,7 +93,7 @@ class ContextSplit {
   const ForwardBatch& full_;
   dist::Comm& comm_;
   ContextLayout layout_;
-  std::vector<SequenceSlice> split_;      // the full step's split sequences
+  std::vector<SequenceSlice> split_;                       // the full step's split sequences
   std::vector<std::optional<ContextPiece>> slice_pieces_;  // per local slice
   std::vector<int64_t> local_of_full_;  // local token index of each full-step token, −1: not here
   std::vector<int> token_owner_;        // the rank that runs each full-step token, −1: every rank

@@ -147,8 +147,10 @@ TEST_P(ContextParallel, AskedRowsComeFromTheirRanks) {
   // Each local row holds its position and state slot: what identifies a full-step token here.
   std::vector<float> rows(static_cast<size_t>(local.num_tokens() * kWidth));
   for (int64_t l = 0; l < local.num_tokens(); ++l) {
-    rows[static_cast<size_t>(l * kWidth)] = static_cast<float>(local.positions[static_cast<size_t>(l)]);
-    rows[static_cast<size_t>(l * kWidth + 1)] = static_cast<float>(local.slot_mapping[static_cast<size_t>(l)]);
+    rows[static_cast<size_t>(l * kWidth)] =
+        static_cast<float>(local.positions[static_cast<size_t>(l)]);
+    rows[static_cast<size_t>(l * kWidth + 1)] =
+        static_cast<float>(local.slot_mapping[static_cast<size_t>(l)]);
     rows[static_cast<size_t>(l * kWidth + 2)] = static_cast<float>(g_world->rank());
   }
   const std::vector<int64_t> asked = {60, 61, 0, 107, 115, 62, 62, 30};
@@ -163,8 +165,8 @@ TEST_P(ContextParallel, AskedRowsComeFromTheirRanks) {
 
 TEST_P(ContextParallel, KdaPiecesOnManyRanksEqualWholeSequences) {
   const uint32_t seed = shared_seed();
-  const Dense w = make_dense({.bounded = false, .low_rank = true, .a_log_lo = -4.0f, .a_log_hi = -1.0f},
-                             seed);
+  const Dense w =
+      make_dense({.bounded = false, .low_rank = true, .a_log_lo = -4.0f, .a_log_hi = -1.0f}, seed);
   const KdaBlock block = make_block(w);
   const Step step(kSequences);
   std::mt19937 rng(seed + 1);

@@ -332,7 +332,8 @@ Status HybridModel::forward(const ExecContext& ctx, const ForwardBatch& batch, K
     if (row < 0 || row >= T)
       return make_error(StatusCode::kInvalidArgument, "logits row {} outside the batch's {} tokens",
                         row, T);
-  if (context_parallel()) return forward_context_parallel(ctx, batch, cache, logits_rows, out_logits, taps);
+  if (context_parallel())
+    return forward_context_parallel(ctx, batch, cache, logits_rows, out_logits, taps);
   std::vector<float> hidden(static_cast<size_t>(T * d));
   DZ_RETURN_IF_ERROR(forward_hidden(ctx, batch, cache, hidden.data(), taps));
   if (T == 0) return Status::ok_status();
@@ -346,8 +347,8 @@ Status HybridModel::forward(const ExecContext& ctx, const ForwardBatch& batch, K
 }
 
 Status HybridModel::forward_context_parallel(const ExecContext& ctx, const ForwardBatch& batch,
-                                            KvCache& cache, std::span<const int64_t> logits_rows,
-                                            float* out_logits, TapSink* taps) {
+                                             KvCache& cache, std::span<const int64_t> logits_rows,
+                                             float* out_logits, TapSink* taps) {
   DZ_RETURN_IF_ERROR(check_batch(batch, cache));
   const int64_t d = parts_.hidden_size;
   const ContextSplit split(batch, *parts_.cp_comm, parts_.cp_layout);

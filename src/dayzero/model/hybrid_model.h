@@ -107,9 +107,9 @@ class HybridModel : public CausalLm {
   // forward() under context parallelism: this rank's part of the step (ContextSplit), then the
   // final-norm rows asked for gathered from the ranks that ran them. Taps see the layers' values
   // of this rank's tokens only.
-  Status forward_context_parallel(const ExecContext& ctx, const ForwardBatch& batch,
-                                  KvCache& cache, std::span<const int64_t> logits_rows,
-                                  float* out_logits, TapSink* taps);
+  Status forward_context_parallel(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
+                                  std::span<const int64_t> logits_rows, float* out_logits,
+                                  TapSink* taps);
   // forward_hidden() of a checked batch (a CP rank's local part, whose pieces share slots).
   void run_layers(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache, float* out,
                   TapSink* taps);

@@ -7,9 +7,9 @@
 namespace dz::model {
 
 struct MixerSeconds {
-  double indexer = 0;  // DSA indexer: keys, scores, top-k, and their exchange under CP
-  double mla = 0;      // MLA: projections, attention, and the cache-row exchange under CP
-  double kda = 0;      // KDA, whole block, with its exchange under CP
+  double indexer = 0;   // DSA indexer: keys, scores, top-k, and their exchange under CP
+  double mla = 0;       // MLA: projections, attention, and the cache-row exchange under CP
+  double kda = 0;       // KDA, whole block, with its exchange under CP
   double exchange = 0;  // of the above, the CP collectives (waiting for the slower rank included)
 };
 

@@ -225,15 +225,16 @@ void DsaIndexer::select_sharded(const ExecContext& ctx, const ForwardBatch& batc
       // Beside select()'s own workspace, which scratch_bytes() sized the arena for.
       const size_t bytes = kernels::lightning_indexer_workspace_bytes(ctx, keys, query, K);
       if (workspace.size() < bytes + 64) workspace.resize(bytes + 64);
-      const auto offset = static_cast<size_t>(
-          (64 - reinterpret_cast<uintptr_t>(workspace.data()) % 64) % 64);
+      const auto offset =
+          static_cast<size_t>((64 - reinterpret_cast<uintptr_t>(workspace.data()) % 64) % 64);
       kernels::lightning_indexer(ctx, keys, query, K, picked, picked_scores,
                                  std::span(workspace.data() + offset, bytes));
       for (int64_t j = 0; j < K && picked[static_cast<size_t>(j)] >= 0; ++j) {
         const int32_t p = picked[static_cast<size_t>(j)];
         mine[row * static_cast<size_t>(K) + static_cast<size_t>(j)] = {
             picked_scores[static_cast<size_t>(j)],
-            owned[static_cast<size_t>(p / B)] * static_cast<int32_t>(B) + p % static_cast<int32_t>(B)};
+            owned[static_cast<size_t>(p / B)] * static_cast<int32_t>(B) +
+                p % static_cast<int32_t>(B)};
       }
     }
   }
@@ -257,12 +258,14 @@ void DsaIndexer::select_sharded(const ExecContext& ctx, const ForwardBatch& batc
       return a.score != b.score ? a.score > b.score : a.position < b.position;
     });
     const int64_t t = rows[r];
-    const int64_t keep = std::min<int64_t>({K, batch.positions[static_cast<size_t>(t)] + 1,
-                                            static_cast<int64_t>(merged.size())});
+    const int64_t keep = std::min<int64_t>(
+        {K, batch.positions[static_cast<size_t>(t)] + 1, static_cast<int64_t>(merged.size())});
     for (int64_t j = 0; j < K; ++j) {
       const bool taken = j < keep;
-      selection[static_cast<size_t>(t * K + j)] = taken ? merged[static_cast<size_t>(j)].position : -1;
-      if (scores != nullptr) scores[t * K + j] = taken ? merged[static_cast<size_t>(j)].score : -kInf;
+      selection[static_cast<size_t>(t * K + j)] =
+          taken ? merged[static_cast<size_t>(j)].position : -1;
+      if (scores != nullptr)
+        scores[t * K + j] = taken ? merged[static_cast<size_t>(j)].score : -kInf;
     }
   }
 }

@@ -50,7 +50,8 @@ void KdaBlock::conv_pieces(const ExecContext& ctx, const ForwardBatch& batch, co
   if (split.num_split() == 0) return;
   const int64_t T = batch.num_tokens(), hd = config_.num_heads * config_.head_dim;
   const int64_t W = config_.conv_width, halo = W - 1;
-  const int64_t tail_floats = 3 * halo * hd;  // [3 (q, k, v), W−1, H·d], the last rows, right-aligned
+  const int64_t tail_floats =
+      3 * halo * hd;  // [3 (q, k, v), W−1, H·d], the last rows, right-aligned
   const auto [first, second] = split.pieces_of(split.rank());
 
   // The last min(W−1, n) pre-conv rows of each of this rank's pieces.
@@ -59,7 +60,8 @@ void KdaBlock::conv_pieces(const ExecContext& ctx, const ForwardBatch& batch, co
     const std::optional<ContextPiece> piece = split.piece_of_slice(i);
     if (!piece) continue;
     const SequenceSlice& seq = batch.sequences[i];
-    float* tail = tails.data() + (piece->sequence * 2 + (piece->piece == first ? 0 : 1)) * tail_floats;
+    float* tail =
+        tails.data() + (piece->sequence * 2 + (piece->piece == first ? 0 : 1)) * tail_floats;
     const int64_t rows = std::min(halo, seq.num_tokens);
     for (int m = 0; m < 3; ++m)
       for (int64_t r = 0; r < rows; ++r)
@@ -90,21 +92,19 @@ void KdaBlock::conv_pieces(const ExecContext& ctx, const ForwardBatch& batch, co
     return rows;
   };
 
-  const float* conv_w[3] = {weights_.q_conv.data(), weights_.k_conv.data(),
-                            weights_.v_conv.data()};
+  const float* conv_w[3] = {weights_.q_conv.data(), weights_.k_conv.data(), weights_.v_conv.data()};
   std::vector<uint16_t> zero_rows(static_cast<size_t>(tail_floats), 0);
   for (int64_t s = 0; s < split.num_split(); ++s) {
     const SequenceSlice& seq = split.split_sequence(s);
-    const uint16_t* start =
-        seq.pos_begin == 0 ? zero_rows.data() : state.conv_rows(seq.state_slot);
+    const uint16_t* start = seq.pos_begin == 0 ? zero_rows.data() : state.conv_rows(seq.state_slot);
     for (size_t i = 0; i < batch.sequences.size(); ++i) {
       const std::optional<ContextPiece> piece = split.piece_of_slice(i);
       if (!piece || piece->sequence != s) continue;
       const SequenceSlice& mine = batch.sequences[i];
       std::vector<uint16_t> rows = rows_before(s, piece->piece, start);
       for (int m = 0; m < 3; ++m)
-        kernels::short_conv_silu(ctx, hat + m * T * hd + mine.token_begin * hd, mine.num_tokens,
-                                 hd, conv_w[m], W, rows.data() + m * halo * hd,
+        kernels::short_conv_silu(ctx, hat + m * T * hd + mine.token_begin * hd, mine.num_tokens, hd,
+                                 conv_w[m], W, rows.data() + m * halo * hd,
                                  qkv + m * T * hd + mine.token_begin * hd);
     }
     const std::vector<uint16_t> after = rows_before(s, split.num_pieces(), start);
@@ -132,8 +132,8 @@ void KdaBlock::recur_pieces(const ExecContext& ctx, const ForwardBatch& batch, c
     if (!piece) continue;
     const SequenceSlice& seq = batch.sequences[i];
     const int64_t t0 = seq.token_begin, n = seq.num_tokens;
-    float* p = summaries.data() + (piece->sequence * 2 + (piece->piece == first ? 0 : 1)) *
-                                      summary_floats;
+    float* p =
+        summaries.data() + (piece->sequence * 2 + (piece->piece == first ? 0 : 1)) * summary_floats;
     float* delta = p + H * dd;
     for (int64_t h = 0; h < H; ++h)
       for (int64_t c = 0; c < d; ++c) p[h * dd + c * d + c] = 1.0f;
@@ -148,8 +148,8 @@ void KdaBlock::recur_pieces(const ExecContext& ctx, const ForwardBatch& batch, c
         continue;
       }
       const size_t mark = scratch.mark();
-      kernels::kda_chunked(ctx, dims, q + t0 * hd, k + t0 * hd, values, g + t0 * hd,
-                           beta + t0 * H, n, seq.pos_begin, config_.chunk_size, s, out, scratch);
+      kernels::kda_chunked(ctx, dims, q + t0 * hd, k + t0 * hd, values, g + t0 * hd, beta + t0 * H,
+                           n, seq.pos_begin, config_.chunk_size, s, out, scratch);
       scratch.release(mark);
     }
   }

@@ -570,7 +570,8 @@ TEST(KdaBlock, ContextPiecesEqualWholeSequences) {
   KvCache whole_cache = make_cache(4), split_cache = make_cache(4);
   for (KvCache* cache : {&whole_cache, &split_cache})
     for (int32_t slot : {2, 3})
-      run(block, cache->kda_layer(0), prefix.data(), {{.pos_begin = 0, .num_tokens = 13, .slot = slot}});
+      run(block, cache->kda_layer(0), prefix.data(),
+          {{.pos_begin = 0, .num_tokens = 13, .slot = slot}});
   const std::vector<float> want = run(block, whole_cache.kda_layer(0), x.data(), seqs);
 
   std::vector<int32_t> token_ids, positions;
@@ -595,7 +596,8 @@ TEST(KdaBlock, ContextPiecesEqualWholeSequences) {
     KvCache cache = make_cache(4);
     for (int32_t slot : {2, 3}) cache.copy_state_slot(slot, slot);
     for (int32_t slot : {2, 3})
-      run(block, cache.kda_layer(0), prefix.data(), {{.pos_begin = 0, .num_tokens = 13, .slot = slot}});
+      run(block, cache.kda_layer(0), prefix.data(),
+          {{.pos_begin = 0, .num_tokens = 13, .slot = slot}});
     dist::SoloComm solo;
     const ContextSplit split(full, solo, layout);
     const ForwardBatch& local = split.local();
@@ -607,7 +609,8 @@ TEST(KdaBlock, ContextPiecesEqualWholeSequences) {
       const SequenceSlice& slice = local.sequences[i];
       int64_t begin = 0;
       for (const SequenceSlice& seq : full.sequences)
-        if (seq.state_slot == slice.state_slot) begin = seq.token_begin + slice.pos_begin - seq.pos_begin;
+        if (seq.state_slot == slice.state_slot)
+          begin = seq.token_begin + slice.pos_begin - seq.pos_begin;
       for (int64_t t = begin; t < begin + slice.num_tokens; ++t) {
         local_x.insert(local_x.end(), x.begin() + t * kHidden, x.begin() + (t + 1) * kHidden);
         full_index.push_back(t);
@@ -623,8 +626,9 @@ TEST(KdaBlock, ContextPiecesEqualWholeSequences) {
     const char* name = layout == ContextLayout::kZigzag ? "zigzag" : "contiguous";
     EXPECT_LT(rel_rms(want, got), 1e-3) << name;
     for (int32_t slot : {1, 2, 3}) {
-      EXPECT_LT(rel_rms(state_of(whole_cache.kda_layer(0), slot), state_of(cache.kda_layer(0), slot)),
-                1e-5)
+      EXPECT_LT(
+          rel_rms(state_of(whole_cache.kda_layer(0), slot), state_of(cache.kda_layer(0), slot)),
+          1e-5)
           << name << " slot " << slot;
       EXPECT_EQ(conv_of(whole_cache.kda_layer(0), slot), conv_of(cache.kda_layer(0), slot))
           << name << " slot " << slot;

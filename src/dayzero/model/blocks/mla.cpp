@@ -206,7 +206,8 @@ void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
     kernels::write_mla_record(cache.layout, cache.pool, slot, row, row + r_kv);
   }
   // Context parallelism: the other ranks' pieces of this step, so every earlier key is here.
-  if (batch.context != nullptr) batch.context->share_mla_records(cache.layout, cache.pool, layer_id);
+  if (batch.context != nullptr)
+    batch.context->share_mla_records(cache.layout, cache.pool, layer_id);
 
   float* o = take_floats(scratch, T * H * d_v);  // [T, H, d_v]
   float* q_abs = take_floats(scratch, std::min(T, kPrefillQueryChunk) * H * r_kv);
@@ -303,7 +304,8 @@ void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
     }
   }
   flush_group();
-  if (batch.context != nullptr) attend_sharded(ctx, batch, q, cache, selection, o, workspace, layer_id);
+  if (batch.context != nullptr)
+    attend_sharded(ctx, batch, q, cache, selection, o, workspace, layer_id);
 
   if (c.output_gate) {  // K3: o_h ⊙ σ(Linear(x; g_proj))_h, the gate logits rounded like any linear
     float* gate = take_floats(scratch, T * H * d_v);
@@ -319,8 +321,8 @@ void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
 }
 
 void MlaBlock::attend_sharded(const ExecContext& ctx, const ForwardBatch& batch, const float* q,
-                              const MlaLayerCache& cache, const TokenSelection& selection,
-                              float* o, std::span<std::byte> workspace, int layer_id) const {
+                              const MlaLayerCache& cache, const TokenSelection& selection, float* o,
+                              std::span<std::byte> workspace, int layer_id) const {
   const ContextSplit& split = *batch.context;
   const MlaConfig& c = config_;
   const int64_t H = c.num_heads, r_kv = c.kv_lora_rank, d_n = c.qk_nope_head_dim;
@@ -332,7 +334,8 @@ void MlaBlock::attend_sharded(const ExecContext& ctx, const ForwardBatch& batch,
         rows.emplace_back(i, batch.sequences[i].token_begin + t);
   if (rows.empty()) return;
   const auto R = static_cast<int64_t>(rows.size());
-  const kernels::MlaAbsorbDims dims{.num_heads = H, .nope_dim = d_n, .latent_dim = r_kv, .v_dim = d_v};
+  const kernels::MlaAbsorbDims dims{
+      .num_heads = H, .nope_dim = d_n, .latent_dim = r_kv, .v_dim = d_v};
   // This rank's partial of every row over the keys it owns: o_lat [R, H, r_kv], then lse [R, H]
   // (−inf: no owned key, weight 0 in the merge).
   std::vector<float> partial(static_cast<size_t>(R * H * (r_kv + 1)), 0.0f);
@@ -365,20 +368,19 @@ void MlaBlock::attend_sharded(const ExecContext& ctx, const ForwardBatch& batch,
                                      .pool = cache.pool,
                                      .block_size = batch.block_size,
                                      .block_table = seq.block_table};
-    kernels::mla_attention_absorbed(
-        ctx, view,
-        {.positions = std::span(&pos, 1),
-         .selection = keys,
-         .selection_width = static_cast<int64_t>(keys.size())},
-        {.num_heads = H,
-         .softmax_scale = c.softmax_scale,
-         .q_abs = q_abs.data(),
-         .q_pe = q + t * H * q_width + d_n,
-         .q_pe_token_stride = H * q_width,
-         .q_pe_head_stride = q_width,
-         .o_lat = partial.data() + r * H * r_kv,
-         .lse = lse + r * H},
-        workspace);
+    kernels::mla_attention_absorbed(ctx, view,
+                                    {.positions = std::span(&pos, 1),
+                                     .selection = keys,
+                                     .selection_width = static_cast<int64_t>(keys.size())},
+                                    {.num_heads = H,
+                                     .softmax_scale = c.softmax_scale,
+                                     .q_abs = q_abs.data(),
+                                     .q_pe = q + t * H * q_width + d_n,
+                                     .q_pe_token_stride = H * q_width,
+                                     .q_pe_head_stride = q_width,
+                                     .o_lat = partial.data() + r * H * r_kv,
+                                     .lse = lse + r * H},
+                                    workspace);
   }
   // The ranks' partials merged by log-sum-exp, in rank order (the same bits on every rank):
   // o = Σ_k e^(lse_k − lse*)·o_k with lse* = log Σ_k e^(lse_k).
@@ -406,7 +408,8 @@ void MlaBlock::attend_sharded(const ExecContext& ctx, const ForwardBatch& batch,
       for (int64_t i = 0; i < r_kv; ++i) out[i] /= total;
     }
     kernels::mla_expand_o(ctx, dims,
-                          {.o_lat = merged.data(), .w_uv = w_uv_.data(),
+                          {.o_lat = merged.data(),
+                           .w_uv = w_uv_.data(),
                            .o = o + rows[static_cast<size_t>(r)].second * H * d_v},
                           1);
   }
