@@ -11,20 +11,9 @@
 # refused by every rank. The KDA exchange itself is held to FP32 bounds by
 # model.context_parallel.np2/np4; this is the end-to-end check.
 # $1 = the dayzero binary; ctest sets PYTHONPATH (python/).
-set -euo pipefail
 dayzero=$1
-python=/usr/bin/python3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-mpirun=(mpirun --oversubscribe --bind-to none --mca btl self,vader
-        --mca btl_vader_single_copy_mechanism none -x OMP_NUM_THREADS=1)
-
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-for arch in deepseek_v32 kimi_linear kimi_k3; do
-  "$python" -m dayzero_ref.make_tiny "$arch" "$work/$arch" --seed 3 >/dev/null
-done
+# shellcheck source=tests/mpi_test_env.sh
+source "$(dirname "$0")/mpi_test_env.sh"  # $python, $work, "${mpirun[@]}", fail, tiny models
 demo=$DZ_SOURCE_DIR/models/demo
 pairs=()  # "reference.npy plan.npy label", compared at the end in one Python process
 run=0

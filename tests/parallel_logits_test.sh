@@ -7,20 +7,9 @@
 # and gather formulas; generate and perplexity agree with one process; impossible plans fail on
 # every rank with a message, never a hang.
 # $1 = the dayzero binary; ctest sets PYTHONPATH (python/).
-set -euo pipefail
 dayzero=$1
-python=/usr/bin/python3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-mpirun=(mpirun --oversubscribe --bind-to none --mca btl self,vader
-        --mca btl_vader_single_copy_mechanism none -x OMP_NUM_THREADS=1)
-
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-for arch in deepseek_v32 kimi_linear kimi_k3; do
-  "$python" -m dayzero_ref.make_tiny "$arch" "$work/$arch" --seed 3 >/dev/null
-done
+# shellcheck source=tests/mpi_test_env.sh
+source "$(dirname "$0")/mpi_test_env.sh"  # $python, $work, "${mpirun[@]}", fail, tiny models
 compare() {  # compare A.npy B.npy: per-position relative L2 and argmax agreement
   "$python" - "$1" "$2" <<'PY'
 import sys

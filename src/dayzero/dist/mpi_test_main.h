@@ -5,8 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <random>
+#include <span>
 #include <vector>
 
 #include "dayzero/dist/mpi_comm.h"
@@ -24,6 +27,14 @@ inline int run_mpi_tests(int* argc, char** argv, MpiComm*& world) {
   comm->all_reduce_sum(any, -1);
   world = nullptr;
   return any[0] > 0 ? 1 : 0;
+}
+
+// A fresh seed drawn by rank 0, printed there, and the same on every rank.
+inline uint32_t shared_test_seed(MpiComm& world) {
+  uint32_t seed = std::random_device{}();
+  world.broadcast(std::as_writable_bytes(std::span(&seed, 1)), 0, -1);
+  if (world.rank() == 0) std::printf("seed %u\n", seed);
+  return seed;
 }
 
 // MPI for the test program, or the reason it cannot start (exit status 2).

@@ -34,10 +34,7 @@ constexpr int kLayer = 5;
 constexpr int64_t kBlockSize = 16;
 
 uint32_t shared_seed() {
-  uint32_t seed = std::random_device{}();
-  g_world->broadcast(std::as_writable_bytes(std::span(&seed, 1)), 0, -1);
-  if (g_world->rank() == 0) std::printf("seed %u\n", seed);
-  return seed;
+  return dist::shared_test_seed(*g_world);
 }
 
 // A step of several sequences, each with its own blocks: [num_tokens, pos_begin, state slot].

@@ -239,32 +239,40 @@ struct Seq {
   int32_t slot = 0;
 };
 
-// x [Σ num_tokens, hidden], the sequences' rows one after another.
-std::vector<float> run(const KdaBlock& block, const KdaLayerState& state, const float* x,
-                       const std::vector<Seq>& seqs, Taps* taps = nullptr) {
+// A batch of the sequences' tokens one after another (no cache slots: KDA keeps no KV).
+struct SeqBatch {
   std::vector<int32_t> token_ids, positions;
   std::vector<int64_t> slot_mapping;
   ForwardBatch batch;
-  for (const Seq& s : seqs) {
-    batch.sequences.push_back(SequenceSlice{.token_begin = static_cast<int64_t>(token_ids.size()),
-                                            .num_tokens = s.num_tokens,
-                                            .pos_begin = s.pos_begin,
-                                            .block_table = {},
-                                            .state_slot = s.slot});
-    for (int64_t i = 0; i < s.num_tokens; ++i) {
-      token_ids.push_back(1);
-      positions.push_back(static_cast<int32_t>(s.pos_begin + i));
-      slot_mapping.push_back(-1);
+
+  explicit SeqBatch(const std::vector<Seq>& seqs) {
+    for (const Seq& s : seqs) {
+      batch.sequences.push_back(SequenceSlice{.token_begin = static_cast<int64_t>(token_ids.size()),
+                                              .num_tokens = s.num_tokens,
+                                              .pos_begin = s.pos_begin,
+                                              .block_table = {},
+                                              .state_slot = s.slot});
+      for (int64_t i = 0; i < s.num_tokens; ++i) {
+        token_ids.push_back(1);
+        positions.push_back(static_cast<int32_t>(s.pos_begin + i));
+        slot_mapping.push_back(-1);
+      }
     }
+    batch.token_ids = token_ids;
+    batch.positions = positions;
+    batch.slot_mapping = slot_mapping;
   }
-  batch.token_ids = token_ids;
-  batch.positions = positions;
-  batch.slot_mapping = slot_mapping;
-  const int64_t T = batch.num_tokens();
+};
+
+// x [Σ num_tokens, hidden], the sequences' rows one after another.
+std::vector<float> run(const KdaBlock& block, const KdaLayerState& state, const float* x,
+                       const std::vector<Seq>& seqs, Taps* taps = nullptr) {
+  const SeqBatch step(seqs);
+  const int64_t T = step.batch.num_tokens();
   const ExecContext ctx{.num_threads = 2};
   Arena arena(block.scratch_bytes(ctx, T));
   std::vector<float> out(static_cast<size_t>(T * kHidden));
-  block.forward(ctx, batch, x, state, out.data(), arena, taps, 3);
+  block.forward(ctx, step.batch, x, state, out.data(), arena, taps, 3);
   return out;
 }
 
@@ -574,27 +582,10 @@ TEST(KdaBlock, ContextPiecesEqualWholeSequences) {
           {{.pos_begin = 0, .num_tokens = 13, .slot = slot}});
   const std::vector<float> want = run(block, whole_cache.kda_layer(0), x.data(), seqs);
 
-  std::vector<int32_t> token_ids, positions;
-  std::vector<int64_t> slot_mapping;
-  ForwardBatch full;
-  for (const Seq& s : seqs) {
-    full.sequences.push_back(SequenceSlice{.token_begin = static_cast<int64_t>(token_ids.size()),
-                                           .num_tokens = s.num_tokens,
-                                           .pos_begin = s.pos_begin,
-                                           .block_table = {},
-                                           .state_slot = s.slot});
-    for (int64_t i = 0; i < s.num_tokens; ++i) {
-      token_ids.push_back(1);
-      positions.push_back(static_cast<int32_t>(s.pos_begin + i));
-      slot_mapping.push_back(-1);
-    }
-  }
-  full.token_ids = token_ids;
-  full.positions = positions;
-  full.slot_mapping = slot_mapping;
+  const SeqBatch step(seqs);
+  const ForwardBatch& full = step.batch;
   for (ContextLayout layout : {ContextLayout::kZigzag, ContextLayout::kContiguous}) {
     KvCache cache = make_cache(4);
-    for (int32_t slot : {2, 3}) cache.copy_state_slot(slot, slot);
     for (int32_t slot : {2, 3})
       run(block, cache.kda_layer(0), prefix.data(),
           {{.pos_begin = 0, .num_tokens = 13, .slot = slot}});

@@ -32,10 +32,7 @@ dist::MpiComm* g_world = nullptr;
 constexpr int kLayer = 7;
 
 uint32_t shared_seed() {
-  uint32_t seed = std::random_device{}();
-  g_world->broadcast(std::as_writable_bytes(std::span(&seed, 1)), 0, -1);
-  if (g_world->rank() == 0) std::printf("seed %u\n", seed);
-  return seed;
+  return dist::shared_test_seed(*g_world);
 }
 
 std::vector<float> random_bf16(std::mt19937& rng, int64_t n, float stddev) {
