@@ -47,4 +47,12 @@ inline std::unique_ptr<MpiSession> start_mpi_for_tests() {
   return std::move(session).value();
 }
 
+// The whole main() of a multi-rank test program: MPI started (exit status 2 if it cannot be),
+// the tests run with `world` set.
+inline int mpi_test_main(int argc, char** argv, MpiComm*& world) {
+  const auto session = start_mpi_for_tests();
+  if (session == nullptr) return 2;
+  return run_mpi_tests(&argc, argv, world);
+}
+
 }  // namespace dz::dist

@@ -255,7 +255,5 @@ TEST(MoeExpertParallel, TwoRankGroupsMatchOneProcess) {
 }  // namespace dz::model
 
 int main(int argc, char** argv) {
-  const auto session = dz::dist::start_mpi_for_tests();
-  if (session == nullptr) return 2;
-  return dz::dist::run_mpi_tests(&argc, argv, dz::model::g_world);
+  return dz::dist::mpi_test_main(argc, argv, dz::model::g_world);
 }
