@@ -76,6 +76,10 @@ class ContextSplit {
   // every piece, [num_split, 2C, floats_per_piece].
   std::vector<float> gather_pieces(std::span<const float> mine, int64_t floats_per_piece,
                                    int layer) const;
+  // Where this rank's piece sits in gather_pieces()'s `mine`, in pieces.
+  int64_t mine_index(const ContextPiece& piece) const {
+    return piece.sequence * 2 + (piece.piece == pieces_of(rank()).first ? 0 : 1);
+  }
 
   // rows [rows.size(), width] of values per full-step token index: the rows of split tokens come
   // from the rank that ran them, the others from `local` (this rank's rows [local tokens, width]).

@@ -52,7 +52,6 @@ void KdaBlock::conv_pieces(const ExecContext& ctx, const ForwardBatch& batch, co
   const int64_t W = config_.conv_width, halo = W - 1;
   const int64_t tail_floats =
       3 * halo * hd;  // [3 (q, k, v), W−1, H·d], the last rows, right-aligned
-  const auto [first, second] = split.pieces_of(split.rank());
 
   // The last min(W−1, n) pre-conv rows of each of this rank's pieces.
   std::vector<float> tails(static_cast<size_t>(split.num_split() * 2 * tail_floats), 0.0f);
@@ -60,8 +59,7 @@ void KdaBlock::conv_pieces(const ExecContext& ctx, const ForwardBatch& batch, co
     const std::optional<ContextPiece> piece = split.piece_of_slice(i);
     if (!piece) continue;
     const SequenceSlice& seq = batch.sequences[i];
-    float* tail =
-        tails.data() + (piece->sequence * 2 + (piece->piece == first ? 0 : 1)) * tail_floats;
+    float* tail = tails.data() + split.mine_index(*piece) * tail_floats;
     const int64_t rows = std::min(halo, seq.num_tokens);
     for (int m = 0; m < 3; ++m)
       for (int64_t r = 0; r < rows; ++r)
@@ -69,7 +67,6 @@ void KdaBlock::conv_pieces(const ExecContext& ctx, const ForwardBatch& batch, co
                     tail + (m * halo + halo - rows + r) * hd);
   }
   const std::vector<float> all = split.gather_pieces(tails, tail_floats, layer_id);
-  (void)second;
 
   // rows_before(s, j): the W−1 pre-conv rows before piece j of split sequence s (j = 2C: after
   // the last), BF16 codes [3, W−1, H·d] as the conv state holds them.
@@ -121,8 +118,6 @@ void KdaBlock::recur_pieces(const ExecContext& ctx, const ForwardBatch& batch, c
   const int64_t H = config_.num_heads, d = config_.head_dim, hd = H * d, dd = d * d;
   const int64_t summary_floats = 2 * H * dd;  // [P | ΔX], each [H, d_v, d_k]
   const kernels::KdaDims dims{.num_heads = H, .head_dim = d};
-  const auto [first, second] = split.pieces_of(split.rank());
-  (void)second;
 
   // o^I of this rank's pieces, by local token [T, H·d].
   std::vector<float> o_identity(static_cast<size_t>(batch.num_tokens() * hd));
@@ -132,8 +127,7 @@ void KdaBlock::recur_pieces(const ExecContext& ctx, const ForwardBatch& batch, c
     if (!piece) continue;
     const SequenceSlice& seq = batch.sequences[i];
     const int64_t t0 = seq.token_begin, n = seq.num_tokens;
-    float* p =
-        summaries.data() + (piece->sequence * 2 + (piece->piece == first ? 0 : 1)) * summary_floats;
+    float* p = summaries.data() + split.mine_index(*piece) * summary_floats;
     float* delta = p + H * dd;
     for (int64_t h = 0; h < H; ++h)
       for (int64_t c = 0; c < d; ++c) p[h * dd + c * d + c] = 1.0f;
