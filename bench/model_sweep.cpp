@@ -58,9 +58,10 @@ bool has_recurrent_state(std::span<const model::LayerCacheSpec> specs) {
 }
 
 Result<model::KvCache> make_cache(std::span<const model::LayerCacheSpec> specs, int64_t num_blocks,
-                                  int64_t block_size, int64_t num_slots, double max_bytes) {
+                                  int64_t block_size, int64_t num_slots, double max_bytes,
+                                  model::BlockShard shard) {
   const double bytes =
-      static_cast<double>(num_blocks * block_size) *
+      static_cast<double>(shard.stored_blocks(num_blocks) * block_size) *
           static_cast<double>(paged_bytes_per_token(specs)) +
       static_cast<double>(num_slots) * static_cast<double>(state_bytes_per_slot(specs));
   if (bytes > max_bytes)
@@ -68,7 +69,7 @@ Result<model::KvCache> make_cache(std::span<const model::LayerCacheSpec> specs, 
                       "the cache for this sweep needs {:.2f} GiB (largest batch x (context + "
                       "steps)), over the {:.0f} GiB allowed: lower --batch or --context",
                       bytes / double(1 << 30), max_bytes / double(1 << 30));
-  return model::KvCache::create(specs, num_blocks, block_size, num_slots);
+  return model::KvCache::create(specs, num_blocks, block_size, num_slots, shard);
 }
 
 constexpr double kMaxCacheBytes = 14.0 * (1LL << 30);  // the machine has 24 GiB
@@ -192,7 +193,10 @@ void fill_context(const ExecContext& ctx, std::span<const model::LayerCacheSpec>
           Rng rng(mix_seed(seed, layer, static_cast<uint64_t>(s), static_cast<uint64_t>(chunk)));
           const int64_t p_end = std::min(num_tokens, (chunk + 1) * kChunk);
           for (int64_t pos = chunk * kChunk; pos < p_end; ++pos) {
-            const int64_t slot = model::slot_of(table, block_size, pos);
+            // Under context parallelism this rank fills the blocks it stores.
+            const int64_t slot =
+                cache.shard().stored_slot(model::slot_of(table, block_size, pos), block_size);
+            if (slot < 0) continue;
             if (spec.mla.latent_dim > 0) {
               for (float& x : latent) x = rng.bf16_uniform(1.0f);
               for (float& x : rope) x = rng.bf16_uniform(1.0f);
@@ -239,8 +243,10 @@ int64_t count_filled_positions(std::span<const model::LayerCacheSpec> specs, mod
     std::vector<float> record(static_cast<size_t>(layout.latent_dim + layout.rope_dim));
     int64_t filled = 0;
     for (int64_t pos = 0; pos < num_tokens; ++pos) {
-      kernels::read_mla_record(layout, mla.pool,
-                               model::slot_of(block_table, cache.block_size(), pos), record.data());
+      const int64_t slot = cache.shard().stored_slot(
+          model::slot_of(block_table, cache.block_size(), pos), cache.block_size());
+      if (slot < 0) continue;  // another CP rank's block
+      kernels::read_mla_record(layout, mla.pool, slot, record.data());
       const bool finite =
           std::all_of(record.begin(), record.end(), [](float x) { return std::isfinite(x); });
       const bool nonzero =
@@ -297,7 +303,7 @@ Result<std::vector<DecodeRow>> run_decode(BenchModel& m, const DecodeOptions& op
     const int64_t blocks_per_seq = ceil_div(capacity, bs);
     DZ_ASSIGN_OR_RETURN(model::KvCache cache,
                         make_cache(specs, max_batch * blocks_per_seq + 1, bs,
-                                   recurrent ? max_batch : 0, kMaxCacheBytes));
+                                   recurrent ? max_batch : 0, kMaxCacheBytes, lm.cache_shard()));
     lm.cache_created(cache);
     std::vector<std::vector<int32_t>> tables(static_cast<size_t>(max_batch));
     std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(max_batch));
@@ -436,8 +442,9 @@ Result<std::vector<PrefillRow>> run_prefill(BenchModel& m, const PrefillOptions&
   BatchBuilder bb;
   for (int64_t T : opt.token_counts) {
     const int64_t bs = opt.block_size;
-    DZ_ASSIGN_OR_RETURN(model::KvCache cache, make_cache(specs, ceil_div(T, bs) + 1, bs,
-                                                         recurrent ? 1 : 0, kMaxCacheBytes));
+    DZ_ASSIGN_OR_RETURN(model::KvCache cache,
+                        make_cache(specs, ceil_div(T, bs) + 1, bs, recurrent ? 1 : 0,
+                                   kMaxCacheBytes, lm.cache_shard()));
     lm.cache_created(cache);
     std::vector<int32_t> table;
     for (int64_t b = 0; b < ceil_div(T, bs); ++b) table.push_back(static_cast<int32_t>(1 + b));

@@ -118,7 +118,7 @@ void fill_context(const ExecContext& ctx, std::span<const model::LayerCacheSpec>
 // min(visible, top-k) records, KDA layers the recurrent state and conv rows.
 // Reads back the first paged MLA layer's records at positions [0, num_tokens) of a block table
 // and counts those that are finite and not all zero: what a fill really left in the cache (−1 when
-// no layer has latent records).
+// no layer has latent records; only the positions in blocks this rank stores).
 int64_t count_filled_positions(std::span<const model::LayerCacheSpec> specs, model::KvCache& cache,
                                std::span<const int32_t> block_table, int64_t num_tokens);
 

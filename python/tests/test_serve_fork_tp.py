@@ -1,11 +1,12 @@
-"""n > 1 choices under tensor and expert parallelism against one process (docs/parallel.md §7).
+"""n > 1 choices under tensor, expert and context parallelism against one process (docs/parallel.md §7).
 
 A request with n = 3 computes its prompt once; the other choices fork from it: the prompt's full
 blocks are shared, its partial last block and the recurrent state are copied. Under a plan those
 copies are cache edits rank 0 makes between steps and every other rank must repeat. The demo model
-(KDA and MLA layers) is served by one process, by `mpirun -np 2 dayzero serve --tp 2` and by
-`mpirun -np 4 dayzero serve --tp 2 --ep 2`; a greedy completion with n = 3 must give, for every
-choice, the tokens and top-5 logprobs of one process.
+(KDA and MLA layers) is served by one process, by `mpirun -np 2 dayzero serve --tp 2`, by
+`mpirun -np 4 dayzero serve --tp 2 --ep 2` and by `mpirun -np 2 dayzero serve --cp 2` (each rank
+stores every other block, so a copy may go from one rank's block to the other's: §9.4); a greedy
+completion with n = 3 must give, for every choice, the tokens and top-5 logprobs of one process.
 
 Tolerance (docs/models.md §8.1): TP changes only the order of FP32 sums, so the logprobs of a token
 agree to 2e-2 nats (measured: below 5e-3); the greedy tokens are compared up to the first position
@@ -102,6 +103,9 @@ class ForkUnderParallelism(unittest.TestCase):
         # 64-token blocks: the whole prompt is one partial block, so each fork's copy of it is its
         # first block, and the fork must stay in the data-parallel group that wrote the original.
         self.check_against_one_process(4, ["--tp", "2", "--ep", "2"], 64)
+
+    def test_n_choices_under_context_parallelism(self):
+        self.check_against_one_process(2, ["--cp", "2"], 16)
 
 
 if __name__ == "__main__":

@@ -41,8 +41,10 @@ void add_engine_options(CLI::App& command, EngineArgs& args) {
       ->check(integer_at_least(0))
       ->capture_default_str();
   command
-      .add_option("--kv-cache-memory", args.kv_cache_memory,
-                  "KV cache budget when --num-blocks is 0: bytes, or with a KiB, MiB or GiB suffix")
+      .add_option(
+          "--kv-cache-memory", args.kv_cache_memory,
+          "KV cache budget per rank when --num-blocks is 0: bytes, or with a KiB, MiB or GiB "
+          "suffix (under --cp C the pool holds C times the blocks)")
       ->capture_default_str();
   command
       .add_option("--max-model-len", args.max_model_len,

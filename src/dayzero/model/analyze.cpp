@@ -56,8 +56,10 @@ void count_caches(const ModelDims& d, const AnalyzeOptions& o, Analysis& a) {
   const int64_t per_token =
       (fp8_fits ? a.mla_bytes_per_token_fp8 : a.mla_bytes_per_token_bf16) + a.index_bytes_per_token;
   const int64_t sequences = sequences_per_group(o);
-  a.cache_bytes_per_rank =
-      o.context * sequences * per_token + sequences * a.state_bytes_per_sequence;
+  // Under context parallelism each CP rank stores every cp-th block (docs/parallel.md §9.4); the
+  // recurrent states are kept whole on every rank.
+  a.cache_bytes_per_rank = (o.context * sequences * per_token + o.plan.cp - 1) / o.plan.cp +
+                           sequences * a.state_bytes_per_sequence;
 }
 
 // The collectives of one step of T tokens, `rows` of which ask for logits.
@@ -359,10 +361,11 @@ std::string format_analysis_text(const Analysis& a) {
     line(fmt::format("memory/rank  {} = weights {} ({} replicated) + cache {}",
                      bytes_text(a.total_bytes_per_rank), bytes_text(a.weight_bytes_per_rank),
                      bytes_text(a.replicated_weight_bytes), bytes_text(a.cache_bytes_per_rank)));
-    line(fmt::format(
-        "per token    MLA latent {} B (BF16) / {} B (FP8), indexer keys {} B "
-        "(every rank)",
-        a.mla_bytes_per_token_bf16, a.mla_bytes_per_token_fp8, a.index_bytes_per_token));
+    line(
+        fmt::format("per token    MLA latent {} B (BF16) / {} B (FP8), indexer keys {} B "
+                    "({})",
+                    a.mla_bytes_per_token_bf16, a.mla_bytes_per_token_fp8, a.index_bytes_per_token,
+                    o.plan.cp > 1 ? "on the CP rank storing its block" : "every rank"));
     line(fmt::format("per sequence KDA state and conv rows {} per rank",
                      bytes_text(a.state_bytes_per_sequence)));
     for (const auto* comm : {&a.decode_comm, &a.prefill_comm}) {

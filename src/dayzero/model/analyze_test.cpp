@@ -160,6 +160,11 @@ TEST(Analyze, KimiLinearUnderTp2Cp2) {
   for (const CommLine& line : a.decode_comm)
     EXPECT_EQ(line.what.find("candidates"), std::string::npos);
   EXPECT_TRUE(has_requirement(a, "context parallelism", true));
+  // Each CP rank stores half of the blocks; both keep every sequence's KDA state.
+  const Analysis tp_only =
+      analyze("kimi_linear", {.plan = {.tp = 2}, .batch = 4, .prefill_tokens = 4096});
+  const int64_t states = 4 * tp_only.state_bytes_per_sequence;
+  EXPECT_EQ(a.cache_bytes_per_rank - states, (tp_only.cache_bytes_per_rank - states) / 2);
   EXPECT_TRUE(has_requirement(analyze("deepseek_v32", {.plan = {.ep = 2, .cp = 2}}),
                               "context parallelism", false));
 }

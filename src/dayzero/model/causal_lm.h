@@ -49,6 +49,9 @@ class CausalLm {
   virtual int64_t hidden_size() const = 0;
   // One spec per layer id (MTP layers included), for KvCache::create.
   virtual std::vector<LayerCacheSpec> cache_layers() const = 0;
+  // The blocks this rank's cache stores, for KvCache::create: a share under context parallelism
+  // (docs/parallel.md §9.4), all of them otherwise.
+  virtual BlockShard cache_shard() const { return {}; }
 
   // Runs every token of `batch` through the model: writes each token's cache records at
   // batch.slot_mapping (earlier positions must already be cached), and fills out_logits

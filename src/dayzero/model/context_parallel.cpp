@@ -9,7 +9,10 @@
 namespace dz::model {
 
 ContextSplit::ContextSplit(const ForwardBatch& full, dist::Comm& comm, ContextLayout layout)
-    : full_(full), comm_(comm), layout_(layout) {
+    : full_(full),
+      comm_(comm),
+      layout_(layout),
+      shard_{.count = comm.size(), .index = comm.rank()} {
   const int64_t min_split = num_pieces();  // every piece gets at least one token
   local_of_full_.assign(static_cast<size_t>(full.num_tokens()), -1);
   token_owner_.assign(static_cast<size_t>(full.num_tokens()), -1);
@@ -22,6 +25,7 @@ ContextSplit::ContextSplit(const ForwardBatch& full, dist::Comm& comm, ContextLa
     slice.pos_begin = seq.pos_begin + begin;
     for (int64_t t = seq.token_begin + begin; t < seq.token_begin + end; ++t) {
       local_of_full_[static_cast<size_t>(t)] = static_cast<int64_t>(token_ids_.size());
+      full_of_local_.push_back(t);
       token_ids_.push_back(full.token_ids[static_cast<size_t>(t)]);
       positions_.push_back(full.positions[static_cast<size_t>(t)]);
       slot_mapping_.push_back(full.slot_mapping[static_cast<size_t>(t)]);
@@ -70,74 +74,115 @@ std::optional<ContextPiece> ContextSplit::piece_of_slice(size_t slice) const {
   return slice_pieces_[slice];
 }
 
-std::vector<int64_t> ContextSplit::split_tokens_of(int rank) const {
-  std::vector<int64_t> tokens;
-  const auto [first, second] = pieces_of(rank);
-  for (int64_t s = 0; s < num_split(); ++s)
-    for (int piece : {first, second})
-      for (int64_t i = piece_begin(s, piece); i < piece_end(s, piece); ++i)
-        tokens.push_back(split_sequence(s).token_begin + i);
-  return tokens;
-}
+template <typename Get, typename Put>
+ContextSplit::History ContextSplit::history(int64_t row_bytes, int64_t block_bytes, std::byte* pool,
+                                            std::span<const std::byte> fresh, Get get, Put put,
+                                            int layer) const {
+  History h;
+  if (split_.empty()) return h;
+  const int64_t B = full_.block_size;
+  DZ_CHECK(static_cast<int64_t>(fresh.size()) == local_.num_tokens() * row_bytes,
+           "history: {} bytes of fresh rows for {} tokens of {}", fresh.size(), local_.num_tokens(),
+           row_bytes);
+  int64_t num_blocks = 0;
+  for (const SequenceSlice& seq : split_) {
+    std::vector<int32_t>& table = h.tables.emplace_back();
+    for (int64_t b = 0; b * B < seq.num_cached_after(); ++b)
+      table.push_back(static_cast<int32_t>(num_blocks++));
+  }
+  if (history_.size_bytes() < static_cast<size_t>(num_blocks * block_bytes))
+    history_ = AlignedBuffer(static_cast<size_t>(num_blocks * block_bytes));
+  h.pool = history_.data();
 
-template <typename Pack, typename Unpack>
-void ContextSplit::share_rows(int64_t record_bytes, Pack pack, Unpack unpack, int layer) const {
-  if (split_.empty()) return;
-  std::vector<std::vector<int64_t>> tokens(static_cast<size_t>(ranks()));
+  // The rows each rank gives, in its order: per split sequence the earlier positions in the
+  // blocks it stores, then its pieces' tokens. (sequence, position, full-step token or −1.)
+  struct Row {
+    int64_t sequence, position, token;
+  };
+  const auto rows_of = [&](int r) {
+    std::vector<Row> rows;
+    for (int64_t s = 0; s < num_split(); ++s) {
+      const SequenceSlice& seq = split_[static_cast<size_t>(s)];
+      for (int64_t p = 0; p < seq.pos_begin; ++p)
+        if (seq.block_table[static_cast<size_t>(p / B)] % ranks() == r) rows.push_back({s, p, -1});
+      const auto [first, second] = pieces_of(r);
+      for (int piece : {first, second})
+        for (int64_t i = piece_begin(s, piece); i < piece_end(s, piece); ++i)
+          rows.push_back({s, seq.pos_begin + i, seq.token_begin + i});
+    }
+    return rows;
+  };
+  std::vector<std::vector<Row>> rows(static_cast<size_t>(ranks()));
   std::vector<int64_t> counts(static_cast<size_t>(ranks()));
   int64_t total = 0;
   for (int r = 0; r < ranks(); ++r) {
-    tokens[static_cast<size_t>(r)] = split_tokens_of(r);
+    rows[static_cast<size_t>(r)] = rows_of(r);
     counts[static_cast<size_t>(r)] =
-        static_cast<int64_t>(tokens[static_cast<size_t>(r)].size()) * record_bytes;
+        static_cast<int64_t>(rows[static_cast<size_t>(r)].size()) * row_bytes;
     total += counts[static_cast<size_t>(r)];
   }
-  const std::vector<int64_t>& mine = tokens[static_cast<size_t>(rank())];
-  std::vector<std::byte> send(mine.size() * static_cast<size_t>(record_bytes));
+  const std::vector<Row>& mine = rows[static_cast<size_t>(rank())];
+  std::vector<std::byte> send(mine.size() * static_cast<size_t>(row_bytes));
   for (size_t i = 0; i < mine.size(); ++i) {
-    const int64_t slot = full_.slot_mapping[static_cast<size_t>(mine[i])];
-    if (slot >= 0) pack(slot, send.data() + i * static_cast<size_t>(record_bytes));
+    std::byte* dst = send.data() + i * static_cast<size_t>(row_bytes);
+    const Row& row = mine[i];
+    if (row.token >= 0) {
+      const int64_t local = local_of_full_[static_cast<size_t>(row.token)];
+      std::memcpy(dst, fresh.data() + local * row_bytes, static_cast<size_t>(row_bytes));
+    } else {
+      const SequenceSlice& seq = split_[static_cast<size_t>(row.sequence)];
+      get(pool, shard_.stored_slot(slot_of(seq.block_table, B, row.position), B), dst);
+    }
   }
   std::vector<std::byte> all(static_cast<size_t>(total));
   const auto start = std::chrono::steady_clock::now();
   comm_.all_gather(send, all, counts, dist::WireType::kU8, layer);
   mixer_seconds().exchange += seconds_since(start);
-  size_t at = 0;
+  const std::byte* src = all.data();
   for (int r = 0; r < ranks(); ++r) {
-    for (int64_t t : tokens[static_cast<size_t>(r)]) {
-      const int64_t slot = full_.slot_mapping[static_cast<size_t>(t)];
-      if (r != rank() && slot >= 0) unpack(slot, all.data() + at);
-      at += static_cast<size_t>(record_bytes);
+    for (const Row& row : rows[static_cast<size_t>(r)]) {
+      const std::vector<int32_t>& table = h.tables[static_cast<size_t>(row.sequence)];
+      put(h.pool, slot_of(table, B, row.position), src);
+      // Another rank's row of this step in a block this rank stores: keep it in the cache.
+      if (row.token >= 0 && r != rank()) {
+        const int64_t slot = full_.slot_mapping[static_cast<size_t>(row.token)];
+        const int64_t stored = slot < 0 ? -1 : shard_.stored_slot(slot, B);
+        if (stored >= 0) put(pool, stored, src);
+      }
+      src += row_bytes;
     }
   }
+  return h;
 }
 
-void ContextSplit::share_mla_records(const kernels::MlaCacheLayout& layout, std::byte* pool,
-                                     int layer) const {
+ContextSplit::History ContextSplit::mla_history(const kernels::MlaCacheLayout& layout,
+                                                std::byte* pool, std::span<const std::byte> fresh,
+                                                int layer) const {
   const int64_t bytes = layout.record_bytes();
-  share_rows(
-      bytes,
-      [&](int64_t slot, std::byte* dst) {
-        std::memcpy(dst, pool + slot * bytes, static_cast<size_t>(bytes));
+  return history(
+      bytes, full_.block_size * bytes, pool, fresh,
+      [&](const std::byte* from, int64_t slot, std::byte* dst) {
+        std::memcpy(dst, from + slot * bytes, static_cast<size_t>(bytes));
       },
-      [&](int64_t slot, const std::byte* src) {
-        std::memcpy(pool + slot * bytes, src, static_cast<size_t>(bytes));
+      [&](std::byte* to, int64_t slot, const std::byte* src) {
+        std::memcpy(to + slot * bytes, src, static_cast<size_t>(bytes));
       },
       layer);
 }
 
-void ContextSplit::share_index_keys(const kernels::IndexCacheLayout& layout, std::byte* pool,
-                                    int layer) const {
+ContextSplit::History ContextSplit::index_history(const kernels::IndexCacheLayout& layout,
+                                                  std::byte* pool, std::span<const std::byte> fresh,
+                                                  int layer) const {
   const auto key = static_cast<size_t>(layout.key_dim);
-  share_rows(
-      layout.key_dim + 4,
-      [&](int64_t slot, std::byte* dst) {
-        std::memcpy(dst, pool + layout.key_offset_bytes(slot), key);
-        std::memcpy(dst + key, pool + layout.scale_offset_bytes(slot), 4);
+  return history(
+      layout.key_dim + 4, layout.block_bytes(), pool, fresh,
+      [&](const std::byte* from, int64_t slot, std::byte* dst) {
+        std::memcpy(dst, from + layout.key_offset_bytes(slot), key);
+        std::memcpy(dst + key, from + layout.scale_offset_bytes(slot), 4);
       },
-      [&](int64_t slot, const std::byte* src) {
-        std::memcpy(pool + layout.key_offset_bytes(slot), src, key);
-        std::memcpy(pool + layout.scale_offset_bytes(slot), src + key, 4);
+      [&](std::byte* to, int64_t slot, const std::byte* src) {
+        std::memcpy(to + layout.key_offset_bytes(slot), src, key);
+        std::memcpy(to + layout.scale_offset_bytes(slot), src + key, 4);
       },
       layer);
 }

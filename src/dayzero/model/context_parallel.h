@@ -4,18 +4,21 @@
 // under the zigzag layout rank r runs pieces r and 2C−1−r, so that every rank gets the same causal
 // attention work; the contiguous layout (pieces 2r and 2r+1) exists to measure the difference.
 // Shorter sequences (decode rows, small chunks) run whole on every rank of the group, with the
-// same bits. The cache rows a rank writes for its pieces (MLA latent records, indexer keys) are
-// gathered onto every rank, so each rank holds the whole cache and attends its queries to every
-// earlier key locally; KDA layers exchange only per-piece summaries (blocks/kda.h).
+// same bits. Each rank's cache stores only its share of the blocks (BlockShard). A layer's pieces
+// attend over the whole history of their sequence, put together for the step from every rank's
+// share (history()); the whole sequences read only this rank's keys and merge partial results
+// over the ranks (DCP). KDA layers exchange only per-piece summaries (blocks/kda.h).
 
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <vector>
 
+#include "dayzero/core/aligned_buffer.h"
 #include "dayzero/dist/comm.h"
 #include "dayzero/kernels/paged_cache.h"
 #include "dayzero/model/forward_batch.h"
+#include "dayzero/model/kv_cache.h"
 
 namespace dz::model {
 
@@ -52,24 +55,40 @@ class ContextSplit {
   // [begin, end) of piece j of split sequence s, in tokens from the sequence's first of the step.
   int64_t piece_begin(int64_t s, int piece) const;
   int64_t piece_end(int64_t s, int piece) const { return piece_begin(s, piece + 1); }
+  // The full-step index of local token t.
+  int64_t full_token(int64_t t) const { return full_of_local_[static_cast<size_t>(t)]; }
   // The piece local slice i runs; nullopt for a sequence that runs whole on every rank.
   std::optional<ContextPiece> piece_of_slice(size_t slice) const;
 
-  // Decode with the history sharded (DCP, docs/parallel.md §9.4): for the whole sequences (decode
-  // rows), rank r reads only the keys of the blocks it owns, logical block b when b % C == r; the
-  // indexer's candidates and attention's partial outputs are then merged over the ranks.
-  // Whether local slice i reads only its owned keys (a whole sequence, not a piece).
+  // The blocks this rank's cache stores: b with b % C == rank (docs/parallel.md §9.4).
+  const BlockShard& shard() const { return shard_; }
+  // Decode with the history sharded (DCP): the whole sequences (decode rows, short chunks) read
+  // only the keys this rank stores; the indexer's candidates and attention's partial outputs are
+  // then merged over the ranks. Whether local slice i reads only its stored keys.
   bool shards_keys(size_t slice) const { return !piece_of_slice(slice).has_value(); }
-  bool owns_key(int64_t position, int64_t block_size) const {
-    return position / block_size % ranks() == rank();
+  // Whether this rank stores the key at `position` of a sequence with `block_table`.
+  bool owns_key(std::span<const int32_t> block_table, int64_t position) const {
+    return shard_.stores(block_table[static_cast<size_t>(position / full_.block_size)]);
   }
   // The same number of bytes from every rank, in rank order.
   std::vector<std::byte> gather_equal(std::span<const std::byte> mine, int layer) const;
 
-  // Gathers the cache rows every other rank wrote for its pieces this step into this rank's pool
-  // (one all-gather). The rows this rank wrote are already there.
-  void share_mla_records(const kernels::MlaCacheLayout& layout, std::byte* pool, int layer) const;
-  void share_index_keys(const kernels::IndexCacheLayout& layout, std::byte* pool, int layer) const;
+  // The whole history of the split sequences for one layer: positions [0, num_cached_after) of
+  // split sequence s at `tables[s]` of `pool`, a pool in the layer cache's format. Valid until
+  // the next history of this split.
+  struct History {
+    std::byte* pool = nullptr;
+    std::vector<std::vector<int32_t>> tables;
+  };
+  // Puts a layer's history together with one all-gather: each rank gives the rows of its pieces
+  // (`fresh`: one row per local token, in the cache's row format) and the earlier rows its cache
+  // stores. The other ranks' rows of this step that fall in blocks this rank stores go into
+  // `pool` (this rank's cache), so the cache ends as if the step had run in one process.
+  History mla_history(const kernels::MlaCacheLayout& layout, std::byte* pool,
+                      std::span<const std::byte> fresh, int layer) const;
+  // fresh: per local token the key codes, then the FP32 scale's 4 bytes.
+  History index_history(const kernels::IndexCacheLayout& layout, std::byte* pool,
+                        std::span<const std::byte> fresh, int layer) const;
 
   // Every rank's per-piece data: `mine` holds floats_per_piece values for each split sequence and
   // each of this rank's two pieces (sequence-major, pieces in order); the result holds them for
@@ -87,19 +106,21 @@ class ContextSplit {
                                  int layer) const;
 
  private:
-  // Full-step token indices of the split tokens rank r runs, in its local order.
-  std::vector<int64_t> split_tokens_of(int rank) const;
-  // Gathers record_bytes per split token: pack(slot, dst) fills this rank's, unpack(slot, src)
-  // stores each other rank's.
-  template <typename Pack, typename Unpack>
-  void share_rows(int64_t record_bytes, Pack pack, Unpack unpack, int layer) const;
+  // history() of a row format: get(pool, slot, dst) and put(pool, slot, src) copy one row of
+  // row_bytes between a pool of block_bytes per block and a buffer.
+  template <typename Get, typename Put>
+  History history(int64_t row_bytes, int64_t block_bytes, std::byte* pool,
+                  std::span<const std::byte> fresh, Get get, Put put, int layer) const;
 
   const ForwardBatch& full_;
   dist::Comm& comm_;
   ContextLayout layout_;
+  BlockShard shard_;
+  mutable AlignedBuffer history_;                          // the pool of the last history()
   std::vector<SequenceSlice> split_;                       // the full step's split sequences
   std::vector<std::optional<ContextPiece>> slice_pieces_;  // per local slice
   std::vector<int64_t> local_of_full_;  // local token index of each full-step token, −1: not here
+  std::vector<int64_t> full_of_local_;  // and back
   std::vector<int> token_owner_;        // the rank that runs each full-step token, −1: every rank
   std::vector<int32_t> token_ids_, positions_;
   std::vector<int64_t> slot_mapping_;

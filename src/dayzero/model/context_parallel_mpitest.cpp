@@ -1,7 +1,8 @@
 // Context parallelism across ranks (docs/parallel.md §9), run by mpirun at 2 and 4 ranks
 // (model/CMakeLists.txt), both layouts:
-// - the cache rows each rank writes for its pieces reach every rank, byte for byte, and each rank
-//   receives exactly the other ranks' rows;
+// - the history of the split sequences (the earlier rows each rank stores and the rows of every
+//   rank's pieces) reaches every rank byte for byte, each rank's cache ends with every row of the
+//   blocks it stores, and each rank receives exactly the rows it did not give;
 // - rows asked for by full-step index come back from the rank that ran them;
 // - a KDA block over pieces on different ranks gives the outputs, recurrent states and conv rows
 //   of the whole sequences in one process. Bounds as kda_test.cpp derives them for splits of one
@@ -81,59 +82,110 @@ const std::vector<std::array<int64_t, 3>> kSequences = {
 
 class ContextParallel : public ::testing::TestWithParam<ContextLayout> {};
 
-TEST_P(ContextParallel, CacheRowsReachEveryRank) {
+TEST_P(ContextParallel, HistoryHoldsEveryRowAndTheCacheItsShare) {
   const Step step(kSequences);
   const ContextSplit split(step.batch, *g_world, GetParam());
   ASSERT_EQ(split.num_split(), 3);
+  const BlockShard shard = split.shard();
+  ASSERT_EQ(shard.count, g_world->size());
   const kernels::MlaCacheLayout mla{.latent_dim = 128, .rope_dim = 32};
   const kernels::IndexCacheLayout index{.key_dim = 128, .block_size = kBlockSize};
+  const int64_t mla_bytes = mla.record_bytes(), index_bytes = index.key_dim + 4;
   const uint32_t seed = shared_seed();
-  // The byte a token's row holds at offset i: a function of the seed, the token and i.
-  const auto byte_of = [seed](int64_t t, int64_t i) {
-    return static_cast<std::byte>((seed + static_cast<uint32_t>(t * 131 + i * 7)) & 0xff);
+  // The byte a row holds at offset i: a function of the seed, its slot in the full cache and i.
+  const auto byte_of = [seed](int64_t slot, int64_t i) {
+    return static_cast<std::byte>((seed + static_cast<uint32_t>(slot * 131 + i * 7)) & 0xff);
   };
-  const int64_t slots = step.num_blocks() * kBlockSize;
-  std::vector<std::byte> mla_pool(static_cast<size_t>(slots * mla.record_bytes()), std::byte{0});
-  std::vector<std::byte> index_pool(static_cast<size_t>(step.num_blocks() * index.block_bytes()),
-                                    std::byte{0});
-  // Each rank writes its own tokens' rows (every rank: the whole sequences').
+  // This rank's cache: the rows of the earlier positions in the blocks it stores (the continued
+  // sequences' 13-token prefixes) and of the step's tokens it computed there.
+  const int64_t stored_slots = shard.stored_blocks(step.num_blocks()) * kBlockSize;
+  std::vector<std::byte> mla_pool(static_cast<size_t>(stored_slots * mla_bytes), std::byte{0});
+  std::vector<std::byte> index_pool(
+      static_cast<size_t>(shard.stored_blocks(step.num_blocks()) * index.block_bytes()),
+      std::byte{0});
+  const auto write = [&](int64_t slot) {
+    const int64_t stored = shard.stored_slot(slot, kBlockSize);
+    if (stored < 0) return;
+    for (int64_t i = 0; i < mla_bytes; ++i)
+      mla_pool[static_cast<size_t>(stored * mla_bytes + i)] = byte_of(slot, i);
+    for (int64_t i = 0; i < index.key_dim; ++i)
+      index_pool[static_cast<size_t>(index.key_offset_bytes(stored) + i)] = byte_of(slot, i);
+    for (int64_t i = 0; i < 4; ++i)
+      index_pool[static_cast<size_t>(index.scale_offset_bytes(stored) + i)] =
+          byte_of(slot, index.key_dim + i);
+  };
+  for (const SequenceSlice& seq : step.batch.sequences)
+    for (int64_t p = 0; p < seq.pos_begin; ++p) write(slot_of(seq.block_table, kBlockSize, p));
   const ForwardBatch& local = split.local();
-  std::vector<int64_t> full_of_local;
-  for (int64_t t = 0; t < step.batch.num_tokens(); ++t)
-    for (int64_t l = 0; l < local.num_tokens(); ++l)
-      if (local.slot_mapping[static_cast<size_t>(l)] == step.slot_mapping[static_cast<size_t>(t)])
-        full_of_local.push_back(t);
-  ASSERT_EQ(static_cast<int64_t>(full_of_local.size()), local.num_tokens());
-  for (int64_t t : full_of_local) {
-    const int64_t slot = step.slot_mapping[static_cast<size_t>(t)];
-    for (int64_t i = 0; i < mla.record_bytes(); ++i)
-      mla_pool[static_cast<size_t>(slot * mla.record_bytes() + i)] = byte_of(t, i);
-    for (int64_t i = 0; i < index.key_dim; ++i)
-      index_pool[static_cast<size_t>(index.key_offset_bytes(slot) + i)] = byte_of(t, i);
-    for (int64_t i = 0; i < 4; ++i)
-      index_pool[static_cast<size_t>(index.scale_offset_bytes(slot) + i)] = byte_of(t, 1000 + i);
+  std::vector<std::byte> mla_fresh(static_cast<size_t>(local.num_tokens() * mla_bytes));
+  std::vector<std::byte> index_fresh(static_cast<size_t>(local.num_tokens() * index_bytes));
+  for (int64_t l = 0; l < local.num_tokens(); ++l) {
+    const int64_t slot = local.slot_mapping[static_cast<size_t>(l)];
+    write(slot);
+    for (int64_t i = 0; i < mla_bytes; ++i)
+      mla_fresh[static_cast<size_t>(l * mla_bytes + i)] = byte_of(slot, i);
+    for (int64_t i = 0; i < index_bytes; ++i)
+      index_fresh[static_cast<size_t>(l * index_bytes + i)] = byte_of(slot, i);
   }
+
   g_world->stats().reset();
-  split.share_mla_records(mla, mla_pool.data(), kLayer);
+  const ContextSplit::History mla_history =
+      split.mla_history(mla, mla_pool.data(), mla_fresh, kLayer);
   const int64_t received = g_world->stats().total().bytes_received;
-  split.share_index_keys(index, index_pool.data(), kLayer);
-  for (int64_t t = 0; t < step.batch.num_tokens(); ++t) {
-    const int64_t slot = step.slot_mapping[static_cast<size_t>(t)];
-    for (int64_t i = 0; i < mla.record_bytes(); ++i)
-      ASSERT_EQ(mla_pool[static_cast<size_t>(slot * mla.record_bytes() + i)], byte_of(t, i))
-          << "token " << t << " byte " << i;
-    for (int64_t i = 0; i < index.key_dim; ++i)
-      ASSERT_EQ(index_pool[static_cast<size_t>(index.key_offset_bytes(slot) + i)], byte_of(t, i))
-          << "token " << t << " key byte " << i;
-    for (int64_t i = 0; i < 4; ++i)
-      ASSERT_EQ(index_pool[static_cast<size_t>(index.scale_offset_bytes(slot) + i)],
-                byte_of(t, 1000 + i))
-          << "token " << t << " scale byte " << i;
+  // Every position of every split sequence in the history, byte for byte.
+  int64_t history_rows = 0;
+  for (int64_t s = 0; s < split.num_split(); ++s) {
+    const SequenceSlice& seq = split.split_sequence(s);
+    const std::vector<int32_t>& table = mla_history.tables[static_cast<size_t>(s)];
+    for (int64_t p = 0; p < seq.num_cached_after(); ++p, ++history_rows) {
+      const int64_t at = slot_of(table, kBlockSize, p);
+      const int64_t slot = slot_of(seq.block_table, kBlockSize, p);
+      for (int64_t i = 0; i < mla_bytes; ++i)
+        ASSERT_EQ(mla_history.pool[at * mla_bytes + i], byte_of(slot, i))
+            << "sequence " << s << " position " << p << " byte " << i;
+    }
   }
-  // Received: the split tokens the other ranks ran, one record each.
-  const int64_t split_tokens = 61 + 45 + 9;
-  const int64_t mine = local.num_tokens() - 1;  // less the decode row
-  EXPECT_EQ(received, (split_tokens - mine) * mla.record_bytes());
+  const ContextSplit::History index_history =
+      split.index_history(index, index_pool.data(), index_fresh, kLayer);
+  for (int64_t s = 0; s < split.num_split(); ++s) {
+    const SequenceSlice& seq = split.split_sequence(s);
+    const std::vector<int32_t>& table = index_history.tables[static_cast<size_t>(s)];
+    for (int64_t p = 0; p < seq.num_cached_after(); ++p) {
+      const int64_t at = slot_of(table, kBlockSize, p);
+      const int64_t slot = slot_of(seq.block_table, kBlockSize, p);
+      for (int64_t i = 0; i < index.key_dim; ++i)
+        ASSERT_EQ(index_history.pool[index.key_offset_bytes(at) + i], byte_of(slot, i))
+            << "sequence " << s << " position " << p << " key byte " << i;
+      for (int64_t i = 0; i < 4; ++i)
+        ASSERT_EQ(index_history.pool[index.scale_offset_bytes(at) + i],
+                  byte_of(slot, index.key_dim + i))
+            << "sequence " << s << " position " << p << " scale byte " << i;
+    }
+  }
+  // The cache: every row of the blocks this rank stores, and nothing of the others'.
+  for (const SequenceSlice& seq : step.batch.sequences)
+    for (int64_t p = 0; p < seq.num_cached_after(); ++p) {
+      const int64_t slot = slot_of(seq.block_table, kBlockSize, p);
+      const int64_t stored = shard.stored_slot(slot, kBlockSize);
+      if (stored < 0) continue;
+      for (int64_t i = 0; i < mla_bytes; ++i)
+        ASSERT_EQ(mla_pool[static_cast<size_t>(stored * mla_bytes + i)], byte_of(slot, i))
+            << "cached slot " << slot << " byte " << i;
+      for (int64_t i = 0; i < index.key_dim; ++i)
+        ASSERT_EQ(index_pool[static_cast<size_t>(index.key_offset_bytes(stored) + i)],
+                  byte_of(slot, i))
+            << "cached slot " << slot << " key byte " << i;
+    }
+  // Received: every history row but the ones this rank gave (its pieces' tokens and the earlier
+  // positions in its blocks), one record each.
+  int64_t given = local.num_tokens() - 1;  // less the decode row, which every rank runs
+  for (int64_t s = 0; s < split.num_split(); ++s) {
+    const SequenceSlice& seq = split.split_sequence(s);
+    for (int64_t p = 0; p < seq.pos_begin; ++p)
+      given += shard.stores(seq.block_table[static_cast<size_t>(p / kBlockSize)]) ? 1 : 0;
+  }
+  EXPECT_EQ(history_rows, 61 + 58 + 9);
+  EXPECT_EQ(received, (history_rows - given) * mla_bytes);
 }
 
 TEST_P(ContextParallel, AskedRowsComeFromTheirRanks) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "dayzero/core/check.h"
 #include "dayzero/kernels/norms.h"
@@ -342,14 +343,40 @@ Status HybridModel::forward(const ExecContext& ctx, const ForwardBatch& batch, K
   lm_head(ctx, hidden.data(), logits_rows, out_logits);
   tap(taps, -1, "logits", out_logits,
       {static_cast<int64_t>(logits_rows.size()), parts_.vocab_size});
-  keep_final_norm(batch, hidden);
+  if (keeps_final_norm()) keep_final_norm(batch, hidden);
   return Status::ok_status();
+}
+
+BlockShard HybridModel::cache_shard() const {
+  if (!context_parallel()) return {};
+  return {.count = parts_.cp_comm->size(), .index = parts_.cp_comm->rank()};
+}
+
+void HybridModel::copy_block_rows(KvCache& cache, int32_t from_block, int32_t to_block,
+                                  int64_t num_rows) {
+  const BlockShard& shard = cache.shard();
+  if (from_block % shard.count == to_block % shard.count) {  // one rank stores both
+    cache.copy_block_rows(from_block, to_block, num_rows);
+    return;
+  }
+  // The rank storing from_block sends the rows; the one storing to_block keeps them.
+  std::vector<std::byte> rows =
+      shard.stores(from_block)
+          ? cache.block_rows(from_block, num_rows)
+          : std::vector<std::byte>(static_cast<size_t>(cache.bytes_per_token() * num_rows));
+  parts_.cp_comm->broadcast(rows, from_block % shard.count, -1);
+  if (shard.stores(to_block)) cache.set_block_rows(to_block, num_rows, rows);
 }
 
 Status HybridModel::forward_context_parallel(const ExecContext& ctx, const ForwardBatch& batch,
                                              KvCache& cache, std::span<const int64_t> logits_rows,
                                              float* out_logits, TapSink* taps) {
   DZ_RETURN_IF_ERROR(check_batch(batch, cache));
+  if (cache.shard() != cache_shard())
+    return make_error(StatusCode::kInvalidArgument,
+                      "context parallelism over {} ranks needs a cache made with cache_shard() "
+                      "(this one stores shard {} of {})",
+                      parts_.cp_comm->size(), cache.shard().index, cache.shard().count);
   const int64_t d = parts_.hidden_size;
   const ContextSplit split(batch, *parts_.cp_comm, parts_.cp_layout);
   const ForwardBatch& local = split.local();
@@ -360,6 +387,12 @@ Status HybridModel::forward_context_parallel(const ExecContext& ctx, const Forwa
   const std::vector<float> picked = split.gather_rows(logits_rows, hidden.data(), d, -1);
   head_logits(ctx, parts_.lm_head, picked.data(), static_cast<int64_t>(logits_rows.size()),
               out_logits);
+  if (keeps_final_norm()) {  // every token's row, for an MTP head: T·h·4 bytes gathered
+    std::vector<int64_t> every(static_cast<size_t>(batch.num_tokens()));
+    std::iota(every.begin(), every.end(), int64_t{0});
+    std::vector<float> rows = split.gather_rows(every, hidden.data(), d, -1);
+    keep_final_norm(batch, rows);
+  }
   return Status::ok_status();
 }
 

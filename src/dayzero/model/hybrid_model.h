@@ -57,6 +57,12 @@ class HybridModel : public CausalLm {
   int64_t vocab_size() const override { return parts_.vocab_size; }
   int64_t hidden_size() const override { return parts_.hidden_size; }
   std::vector<LayerCacheSpec> cache_layers() const override;
+  // Under context parallelism each CP rank stores the blocks b with b % C == its CP rank.
+  BlockShard cache_shard() const override;
+  // Under context parallelism a copy between two CP ranks' blocks sends the rows from one to the
+  // other (a broadcast in the CP group); every CP rank must call it in the same order.
+  void copy_block_rows(KvCache& cache, int32_t from_block, int32_t to_block,
+                       int64_t num_rows) override;
   Status forward(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
                  std::span<const int64_t> logits_rows, float* out_logits, TapSink* taps) override;
 
@@ -99,8 +105,13 @@ class HybridModel : public CausalLm {
   // TP group's columns gathered).
   void head_logits(const ExecContext& ctx, const kernels::LinearWeight& head, const float* normed,
                    int64_t num_rows, float* logits) const;
-  // Called by forward() with the model.norm output of every token [T, d]; may take it.
+  // Called by forward() with the model.norm output of every token [T, d] when keeps_final_norm();
+  // may take it. Under context parallelism the rows come from the ranks that ran them.
+  virtual bool keeps_final_norm() const { return false; }
   virtual void keep_final_norm(const ForwardBatch& /*batch*/, std::vector<float>& /*normed*/) {}
+  // The CP group and its layout (context_parallel() only).
+  dist::Comm& cp_comm() const { return *parts_.cp_comm; }
+  ContextLayout cp_layout() const { return parts_.cp_layout; }
 
  private:
   void ensure_scratch(const ExecContext& ctx, const ForwardBatch& batch);

@@ -42,7 +42,7 @@ Status check_kda_layout(size_t layer, const LayerCacheSpec& spec, int64_t num_st
 }  // namespace
 
 Result<KvCache> KvCache::create(std::span<const LayerCacheSpec> layers, int64_t num_blocks,
-                                int64_t block_size, int64_t num_state_slots) {
+                                int64_t block_size, int64_t num_state_slots, BlockShard shard) {
   if (num_blocks <= 0 || block_size <= 0)
     return make_error(StatusCode::kInvalidArgument,
                       "KV cache: num_blocks {} and block_size {} must be positive", num_blocks,
@@ -50,13 +50,18 @@ Result<KvCache> KvCache::create(std::span<const LayerCacheSpec> layers, int64_t 
   if (num_state_slots < 0 || num_state_slots > std::numeric_limits<int32_t>::max())
     return make_error(StatusCode::kInvalidArgument, "KV cache: num_state_slots {} out of range",
                       num_state_slots);
+  if (shard.count <= 0 || shard.index < 0 || shard.index >= shard.count)
+    return make_error(StatusCode::kInvalidArgument, "KV cache: shard {} of {}", shard.index,
+                      shard.count);
   static std::atomic<uint64_t> next_id{1};
   KvCache cache;
   cache.id_ = next_id++;
   cache.num_blocks_ = num_blocks;
   cache.block_size_ = block_size;
   cache.num_state_slots_ = num_state_slots;
-  const int64_t num_slots = num_blocks * block_size;
+  cache.shard_ = shard;
+  const int64_t stored_blocks = shard.stored_blocks(num_blocks);
+  const int64_t num_slots = stored_blocks * block_size;
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerCacheSpec& spec = layers[i];
     if (spec.mla.latent_dim > 0 && spec.mla.dtype == kernels::KvCacheDtype::kFp8 &&
@@ -72,7 +77,7 @@ Result<KvCache> KvCache::create(std::span<const LayerCacheSpec> layers, int64_t 
       layer.mla_pool = AlignedBuffer(static_cast<size_t>(num_slots * spec.mla.record_bytes()));
     if (spec.index_key_dim > 0) {
       kernels::IndexCacheLayout index{.key_dim = spec.index_key_dim, .block_size = block_size};
-      layer.index_pool = AlignedBuffer(static_cast<size_t>(num_blocks * index.block_bytes()));
+      layer.index_pool = AlignedBuffer(static_cast<size_t>(stored_blocks * index.block_bytes()));
     }
     if (spec.kda.num_heads > 0) {
       layer.kda_states =
@@ -140,33 +145,65 @@ void KvCache::copy_state_slot(int32_t from, int32_t to) {
   }
 }
 
+template <typename Visit>
+void KvCache::visit_block_runs(int32_t stored, int64_t num_rows, Visit visit) {
+  const int64_t first_slot = int64_t{stored} * block_size_;
+  for (Layer& layer : layers_) {
+    if (layer.spec.mla.latent_dim > 0) {  // records are token-major: one run
+      const int64_t record_bytes = layer.spec.mla.record_bytes();
+      visit(layer.mla_pool.data() + first_slot * record_bytes, num_rows * record_bytes);
+    }
+    if (layer.spec.index_key_dim > 0) {  // block-planar: the keys and the scales are two runs
+      const kernels::IndexCacheLayout index{.key_dim = layer.spec.index_key_dim,
+                                            .block_size = block_size_};
+      std::byte* pool = layer.index_pool.data();
+      visit(pool + index.key_offset_bytes(first_slot), num_rows * index.key_dim);
+      visit(pool + index.scale_offset_bytes(first_slot), num_rows * 4);
+    }
+  }
+}
+
 void KvCache::copy_block_rows(int32_t from_block, int32_t to_block, int64_t num_rows) {
   DZ_CHECK(from_block >= 0 && from_block < num_blocks_ && to_block >= 0 && to_block < num_blocks_,
            "blocks {} -> {} out of [0, {})", from_block, to_block, num_blocks_);
   DZ_CHECK(num_rows >= 0 && num_rows <= block_size_, "{} rows of a block of {}", num_rows,
            block_size_);
   if (from_block == to_block || num_rows == 0) return;
-  for (Layer& layer : layers_) {
-    if (layer.spec.mla.latent_dim > 0) {
-      // Records are token-major, so a block's first rows are one contiguous run.
-      const int64_t record_bytes = layer.spec.mla.record_bytes();
-      const int64_t block_bytes = block_size_ * record_bytes;
-      std::memcpy(layer.mla_pool.data() + to_block * block_bytes,
-                  layer.mla_pool.data() + from_block * block_bytes,
-                  static_cast<size_t>(num_rows * record_bytes));
-    }
-    if (layer.spec.index_key_dim > 0) {
-      // Block-planar: the keys and the scales are two runs.
-      const kernels::IndexCacheLayout index{.key_dim = layer.spec.index_key_dim,
-                                            .block_size = block_size_};
-      const int64_t from_slot = from_block * block_size_, to_slot = to_block * block_size_;
-      std::byte* pool = layer.index_pool.data();
-      std::memcpy(pool + index.key_offset_bytes(to_slot), pool + index.key_offset_bytes(from_slot),
-                  static_cast<size_t>(num_rows * index.key_dim));
-      std::memcpy(pool + index.scale_offset_bytes(to_slot),
-                  pool + index.scale_offset_bytes(from_slot), static_cast<size_t>(num_rows * 4));
-    }
-  }
+  const int32_t from = shard_.stored_block(from_block), to = shard_.stored_block(to_block);
+  if (from < 0 && to < 0) return;
+  DZ_CHECK(from >= 0 && to >= 0, "blocks {} -> {} cross shards: use block_rows / set_block_rows",
+           from_block, to_block);
+  std::vector<std::byte*> sources;
+  visit_block_runs(from, num_rows, [&](std::byte* run, int64_t) { sources.push_back(run); });
+  size_t i = 0;
+  visit_block_runs(to, num_rows, [&](std::byte* run, int64_t bytes) {
+    std::memcpy(run, sources[i++], static_cast<size_t>(bytes));
+  });
+}
+
+std::vector<std::byte> KvCache::block_rows(int32_t block, int64_t num_rows) {
+  const int32_t stored = shard_.stored_block(block);
+  DZ_CHECK(stored >= 0 && num_rows >= 0 && num_rows <= block_size_,
+           "block_rows: block {} ({} rows) is not stored here", block, num_rows);
+  std::vector<std::byte> rows;
+  visit_block_runs(stored, num_rows, [&](std::byte* run, int64_t bytes) {
+    rows.insert(rows.end(), run, run + bytes);
+  });
+  return rows;
+}
+
+void KvCache::set_block_rows(int32_t block, int64_t num_rows, std::span<const std::byte> rows) {
+  const int32_t stored = shard_.stored_block(block);
+  DZ_CHECK(stored >= 0 && num_rows >= 0 && num_rows <= block_size_,
+           "set_block_rows: block {} ({} rows) is not stored here", block, num_rows);
+  size_t at = 0;
+  visit_block_runs(stored, num_rows, [&](std::byte* run, int64_t bytes) {
+    DZ_CHECK(at + static_cast<size_t>(bytes) <= rows.size(), "set_block_rows: {} bytes given",
+             rows.size());
+    std::memcpy(run, rows.data() + at, static_cast<size_t>(bytes));
+    at += static_cast<size_t>(bytes);
+  });
+  DZ_CHECK(at == rows.size(), "set_block_rows: {} bytes given, {} taken", rows.size(), at);
 }
 
 SequentialBlocks::SequentialBlocks(int64_t num_blocks, int64_t block_size)

@@ -182,6 +182,56 @@ TEST(KvCache, CopyBlockRowsCopiesTheFilledRowsOfEveryPagedPool) {
   EXPECT_DEATH(cache->copy_block_rows(0, 1, 17), "17 rows of a block of 16");
 }
 
+TEST(KvCache, AShardStoresEveryCountthBlockAndMovesRowsAsBytes) {
+  // Context parallelism (docs/parallel.md §9.4): shard 1 of 3 over 8 blocks stores blocks 1, 4, 7
+  // as its blocks 0, 1, 2.
+  std::vector<LayerCacheSpec> layers = {
+      {.mla = {.latent_dim = 128, .rope_dim = 16, .dtype = kernels::KvCacheDtype::kFp8},
+       .index_key_dim = 32},
+      kda_layer_spec(2, 8),
+      {.mla = {.latent_dim = 64, .rope_dim = 16, .dtype = kernels::KvCacheDtype::kBf16}}};
+  constexpr int64_t kBlocks = 8, kB = 16;
+  const BlockShard shard{.count = 3, .index = 1};
+  Result<KvCache> cache = KvCache::create(layers, kBlocks, kB, 1, shard);
+  ASSERT_TRUE(cache.ok()) << cache.status().to_string();
+  EXPECT_EQ(cache->num_blocks(), kBlocks);
+  EXPECT_EQ(shard.stored_blocks(kBlocks), 3);
+  EXPECT_EQ(shard.stored_block(4), 1);
+  EXPECT_EQ(shard.stored_block(5), -1);
+  EXPECT_EQ(shard.stored_slot(7 * kB + 3, kB), 2 * kB + 3);
+  EXPECT_EQ(shard.stored_slot(6 * kB + 3, kB), -1);
+  EXPECT_EQ(shard.stored_table(std::vector<int32_t>{7, 0, 1}), (std::vector<int32_t>{2, -1, 0}));
+  // Random bytes in every stored row of every paged pool.
+  std::mt19937 rng(11);
+  const MlaLayerCache mla0 = cache->mla_layer(0), mla2 = cache->mla_layer(2);
+  const IndexLayerCache index0 = cache->index_layer(0);
+  randomize(mla0.pool, 3 * kB * mla0.layout.record_bytes(), rng);
+  randomize(mla2.pool, 3 * kB * mla2.layout.record_bytes(), rng);
+  randomize(index0.pool, 3 * index0.layout.block_bytes(), rng);
+  // A block's first rows as bytes: per paged pool, records then keys then scales.
+  const int64_t per_row = cache->bytes_per_token();
+  EXPECT_EQ(per_row, mla0.layout.record_bytes() + 32 + 4 + mla2.layout.record_bytes());
+  const std::vector<std::byte> rows7 = cache->block_rows(7, 5);
+  ASSERT_EQ(static_cast<int64_t>(rows7.size()), 5 * per_row);
+  EXPECT_EQ(std::memcmp(rows7.data(), mla0.pool + 2 * kB * mla0.layout.record_bytes(),
+                        static_cast<size_t>(5 * mla0.layout.record_bytes())),
+            0);
+  EXPECT_NE(cache->block_rows(1, 5), rows7);
+  cache->set_block_rows(1, 5, rows7);
+  EXPECT_EQ(cache->block_rows(1, 5), rows7);
+  EXPECT_NE(cache->block_rows(1, 6), cache->block_rows(7, 6));  // row 5 was left
+  // Copies within the shard, none for two blocks it does not store, and none across shards.
+  cache->copy_block_rows(4, 7, kB);
+  EXPECT_EQ(cache->block_rows(7, kB), cache->block_rows(4, kB));
+  const std::vector<std::byte> before = cache->block_rows(4, kB);
+  cache->copy_block_rows(2, 5, kB);
+  EXPECT_EQ(cache->block_rows(4, kB), before);
+  EXPECT_DEATH(cache->copy_block_rows(1, 2, 1), "blocks 1 -> 2 cross shards");
+  EXPECT_DEATH(cache->block_rows(3, 1), "block 3 \\(1 rows\\) is not stored here");
+  EXPECT_EQ(KvCache::create(layers, kBlocks, kB, 1, {.count = 2, .index = 2}).status().message(),
+            "KV cache: shard 2 of 2");
+}
+
 TEST(SequentialBlocks, HandsOutBlocksFromTheTopAndMapsSlots) {
   SequentialBlocks blocks(4, 16);
   ASSERT_TRUE(blocks.reserve(1).ok());

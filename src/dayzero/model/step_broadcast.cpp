@@ -22,6 +22,19 @@ enum StepKind : int64_t { kForward, kForwardMtp, kCache, kStop };
 enum class Edit : int64_t { kBlockRows, kStateSlot };
 constexpr int64_t kNumbersPerEdit = 4;
 
+// The cache edits of a step message, in order.
+void apply_edits(CausalLm& model, KvCache& cache, std::span<const int64_t> edits) {
+  for (size_t e = 0; e + kNumbersPerEdit <= edits.size(); e += kNumbersPerEdit) {
+    const auto from = static_cast<int32_t>(edits[e + 1]);
+    const auto to = static_cast<int32_t>(edits[e + 2]);
+    if (edits[e] == static_cast<int64_t>(Edit::kBlockRows)) {
+      model.copy_block_rows(cache, from, to, edits[e + 3]);
+    } else {
+      model.copy_state_slot(cache, from, to);
+    }
+  }
+}
+
 void broadcast_message(dist::Comm& comm, std::vector<int64_t>& message, dist::Comm::Wait wait) {
   auto size = static_cast<int64_t>(message.size());
   comm.broadcast(std::as_writable_bytes(std::span(&size, 1)), 0, dist::kStepLayer, wait);
@@ -61,10 +74,11 @@ struct Follower {
   std::vector<float> logits;
 
   // The cache rank 0 names, created (and the previous one dropped) when it names a new one.
-  KvCache& cache_for(uint64_t id, int64_t num_blocks, int64_t block_size, int64_t state_slots) {
+  KvCache& cache_for(uint64_t id, int64_t num_blocks, int64_t block_size, int64_t state_slots,
+                     BlockShard shard) {
     if (!cache || id != leader_cache_id) {
       cache.reset();
-      Result<KvCache> created = KvCache::create(layers, num_blocks, block_size, state_slots);
+      Result<KvCache> created = KvCache::create(layers, num_blocks, block_size, state_slots, shard);
       DZ_CHECK(created.ok(), "rank 0's cache geometry does not fit this rank: {}",
                created.status().to_string());
       cache = std::move(created).value();
@@ -236,7 +250,6 @@ void StepLeader::send(int64_t kind, const KvCache* cache, const ForwardBatch* ba
   }
   message_.push_back(static_cast<int64_t>(pending_edits_.size()) / kNumbersPerEdit);
   message_.insert(message_.end(), pending_edits_.begin(), pending_edits_.end());
-  pending_edits_.clear();
   if (batch != nullptr) {
     message_.insert(message_.end(),
                     {batch->num_tokens(), static_cast<int64_t>(batch->sequences.size()),
@@ -254,6 +267,11 @@ void StepLeader::send(int64_t kind, const KvCache* cache, const ForwardBatch* ba
     message_.insert(message_.end(), groups.begin(), groups.end());  // one per sequence at ep > 1
   }
   broadcast_message(comm_, message_, dist::Comm::Wait::kDeadline);
+  // The other ranks make the edits now too.
+  if (edited_cache_ != nullptr && kind != kStop)
+    apply_edits(*model_, *edited_cache_, pending_edits_);
+  pending_edits_.clear();
+  edited_cache_ = nullptr;
 }
 
 Status StepLeader::forward(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
@@ -293,20 +311,23 @@ void StepLeader::cache_created(KvCache& cache) {
 
 void StepLeader::copy_block_rows(KvCache& cache, int32_t from_block, int32_t to_block,
                                  int64_t num_rows) {
-  model_->copy_block_rows(cache, from_block, to_block, num_rows);
   // A copied first block (a fork's partial prompt block) keeps its sequence's group.
   if (plan_.ep > 1 && cache.id() == groups_cache_id_) {
     if (const auto it = group_of_.find(from_block); it != group_of_.end())
       group_of_[to_block] = it->second;
   }
-  pending_edits_.insert(pending_edits_.end(),
-                        {static_cast<int64_t>(Edit::kBlockRows), from_block, to_block, num_rows});
+  add_edit(cache, static_cast<int64_t>(Edit::kBlockRows), from_block, to_block, num_rows);
 }
 
 void StepLeader::copy_state_slot(KvCache& cache, int32_t from, int32_t to) {
-  model_->copy_state_slot(cache, from, to);
-  pending_edits_.insert(pending_edits_.end(),
-                        {static_cast<int64_t>(Edit::kStateSlot), from, to, 0});
+  add_edit(cache, static_cast<int64_t>(Edit::kStateSlot), from, to, 0);
+}
+
+void StepLeader::add_edit(KvCache& cache, int64_t kind, int32_t from, int32_t to, int64_t rows) {
+  DZ_CHECK(edited_cache_ == nullptr || edited_cache_ == &cache,
+           "cache edits of two caches between steps");
+  edited_cache_ = &cache;
+  pending_edits_.insert(pending_edits_.end(), {kind, from, to, rows});
 }
 
 void follow_steps(CausalLm& model, dist::Comm& comm, const ExecContext& ctx,
@@ -328,19 +349,12 @@ void follow_steps(CausalLm& model, dist::Comm& comm, const ExecContext& ctx,
     const int64_t num_blocks = in.next();
     const int64_t block_size = in.next();
     const int64_t state_slots = in.next();
-    KvCache& cache = f.cache_for(cache_id, num_blocks, block_size, state_slots);
+    KvCache& cache =
+        f.cache_for(cache_id, num_blocks, block_size, state_slots, model.cache_shard());
     const int64_t num_edits = in.next();
-    for (int64_t e = 0; e < num_edits; ++e) {
-      const int64_t edit = in.next();
-      const auto from = static_cast<int32_t>(in.next());
-      const auto to = static_cast<int32_t>(in.next());
-      const int64_t rows = in.next();
-      if (edit == static_cast<int64_t>(Edit::kBlockRows)) {
-        model.copy_block_rows(cache, from, to, rows);
-      } else {
-        model.copy_state_slot(cache, from, to);
-      }
-    }
+    std::vector<int64_t> edits;
+    in.read(edits, num_edits * kNumbersPerEdit);
+    apply_edits(model, cache, edits);
     if (kind == kCache) {
       comm.barrier();
       continue;

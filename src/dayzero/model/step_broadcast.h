@@ -39,6 +39,7 @@ class StepLeader final : public CausalLm {
   int64_t vocab_size() const override { return model_->vocab_size(); }
   int64_t hidden_size() const override { return model_->hidden_size(); }
   std::vector<LayerCacheSpec> cache_layers() const override { return model_->cache_layers(); }
+  BlockShard cache_shard() const override { return model_->cache_shard(); }
   bool has_mtp() const override { return model_->has_mtp(); }
   Status check_batch(const ForwardBatch& batch, const KvCache& cache) const override {
     return model_->check_batch(batch, cache);
@@ -51,7 +52,8 @@ class StepLeader final : public CausalLm {
                      std::span<const int64_t> logits_rows, float* out_logits,
                      TapSink* taps) override;
   void cache_created(KvCache& cache) override;
-  // Made here at once, on the other ranks before the next step.
+  // Made on every rank in the order given, when the next step (or cache) message goes out: under
+  // context parallelism a copy between two ranks' blocks is a collective.
   void copy_block_rows(KvCache& cache, int32_t from_block, int32_t to_block,
                        int64_t num_rows) override;
   void copy_state_slot(KvCache& cache, int32_t from, int32_t to) override;
@@ -73,8 +75,12 @@ class StepLeader final : public CausalLm {
   // sticky for as long as the cache lives, so data written by one group is read by it.
   std::unordered_map<int64_t, int64_t> group_of_;
   uint64_t groups_cache_id_ = 0;
-  int64_t next_group_ = 0;              // where the next tie between equally loaded groups goes
+  int64_t next_group_ = 0;  // where the next tie between equally loaded groups goes
+  // Queues a cache edit (its kind, from, to, rows) for the next message.
+  void add_edit(KvCache& cache, int64_t kind, int32_t from, int32_t to, int64_t rows);
+
   std::vector<int64_t> pending_edits_;  // cache edits not yet sent, 4 numbers each
+  KvCache* edited_cache_ = nullptr;     // the cache they edit
   std::vector<int64_t> message_;
 };
 

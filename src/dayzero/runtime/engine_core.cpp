@@ -183,8 +183,10 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CausalLm& model,
     const int64_t block_bytes = probe.bytes_per_token() * config.block_size;
     // No paged layer (a purely recurrent model): blocks are bookkeeping only, enough for every
     // running request's whole context.
+    // kv_cache_bytes is per rank: a rank that stores a share of the blocks (context parallelism)
+    // makes the pool that many times larger.
     num_blocks = block_bytes > 0
-                     ? config.kv_cache_bytes / block_bytes
+                     ? config.kv_cache_bytes / block_bytes * model.cache_shard().count
                      : 1 + config.max_num_seqs * ceil_div(config.max_model_len, config.block_size);
     if (num_blocks < 2)
       return make_error(
@@ -210,8 +212,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CausalLm& model,
   impl->vocab_size = vocab_size;
   impl->num_blocks = num_blocks;
   impl->reserve_blocks = reserve;
-  DZ_ASSIGN_OR_RETURN(
-      impl->cache, model::KvCache::create(layers, num_blocks, config.block_size, num_state_slots));
+  DZ_ASSIGN_OR_RETURN(impl->cache, model::KvCache::create(layers, num_blocks, config.block_size,
+                                                          num_state_slots, model.cache_shard()));
   model.cache_created(impl->cache);
   DZ_ASSIGN_OR_RETURN(cache::BlockPool blocks,
                       cache::BlockPool::create(num_blocks, config.block_size, reserve));

@@ -228,9 +228,6 @@ void DeepseekV32Model::keep_final_norm(const ForwardBatch& batch, std::vector<fl
 Status DeepseekV32Model::forward_mtp(const ExecContext& ctx, const ForwardBatch& batch,
                                      KvCache& cache, std::span<const int64_t> logits_rows,
                                      float* out_logits, TapSink* taps) {
-  if (context_parallel())
-    return make_error(StatusCode::kUnsupported,
-                      "the MTP head under context parallelism (--cp) is not built yet");
   const int64_t T = batch.num_tokens();
   if (T > static_cast<int64_t>(last_positions_.size()) ||
       !std::equal(batch.positions.begin(), batch.positions.end(), last_positions_.begin()))
@@ -238,7 +235,28 @@ Status DeepseekV32Model::forward_mtp(const ExecContext& ctx, const ForwardBatch&
                       "forward_mtp: the batch's {} tokens must sit at the positions of the last "
                       "forward()'s first tokens ({} kept)",
                       T, last_positions_.size());
-  return mtp_logits(ctx, batch, cache, last_final_.data(), logits_rows, out_logits, taps);
+  if (!context_parallel())
+    return mtp_logits(ctx, batch, cache, last_final_.data(), logits_rows, out_logits, taps);
+  if (mtp_ == nullptr)
+    return make_error(StatusCode::kUnsupported, "this checkpoint has no MTP layer");
+  for (int64_t row : logits_rows)
+    if (row < 0 || row >= T)
+      return make_error(StatusCode::kInvalidArgument, "logits row {} outside the batch's {} tokens",
+                        row, T);
+  DZ_RETURN_IF_ERROR(check_batch(batch, cache));
+  if (T == 0) return Status::ok_status();
+  // This rank's pieces of the MTP step, each token with the kept row of its position.
+  const int64_t d = config_.hidden_size;
+  const ContextSplit split(batch, cp_comm(), cp_layout());
+  const ForwardBatch& local = split.local();
+  std::vector<float> main_final(static_cast<size_t>(local.num_tokens() * d));
+  for (int64_t t = 0; t < local.num_tokens(); ++t)
+    std::memcpy(main_final.data() + t * d, last_final_.data() + split.full_token(t) * d,
+                static_cast<size_t>(d) * sizeof(float));
+  const std::vector<float> z = mtp_hidden(ctx, local, cache, main_final.data(), taps);
+  mtp_head(ctx, split.gather_rows(logits_rows, z.data(), d, -1),
+           static_cast<int64_t>(logits_rows.size()), out_logits, taps);
+  return Status::ok_status();
 }
 
 Status DeepseekV32Model::mtp_logits(const ExecContext& ctx, const ForwardBatch& batch,
@@ -254,15 +272,27 @@ Status DeepseekV32Model::mtp_logits(const ExecContext& ctx, const ForwardBatch& 
       return make_error(StatusCode::kInvalidArgument, "logits row {} outside the batch's {} tokens",
                         row, batch.num_tokens());
   DZ_RETURN_IF_ERROR(check_batch(batch, cache));
-  const int64_t T = batch.num_tokens();
   const int64_t d = config_.hidden_size;
-  const auto eps = static_cast<float>(config_.rms_norm_eps);
-  const int mtp_layer_id = mtp_->layer.layer_id;
-  if (T == 0) {  // this rank's data-parallel group has no tokens: the layer's MoE exchange only
+  if (batch.num_tokens() == 0) {  // this rank's data-parallel group has no tokens: the MoE exchange
     run_extra_layer(ctx, mtp_->layer, batch, cache, nullptr, taps);
     return Status::ok_status();
   }
+  const std::vector<float> z = mtp_hidden(ctx, batch, cache, main_final, taps);
+  const auto num_rows = static_cast<int64_t>(logits_rows.size());
+  std::vector<float> rows(static_cast<size_t>(num_rows * d));
+  for (int64_t r = 0; r < num_rows; ++r)
+    std::memcpy(rows.data() + r * d, z.data() + logits_rows[static_cast<size_t>(r)] * d,
+                static_cast<size_t>(d) * sizeof(float));
+  mtp_head(ctx, std::move(rows), num_rows, out_logits, taps);
+  return Status::ok_status();
+}
 
+std::vector<float> DeepseekV32Model::mtp_hidden(const ExecContext& ctx, const ForwardBatch& batch,
+                                                KvCache& cache, const float* main_final,
+                                                TapSink* taps) {
+  const int64_t T = batch.num_tokens();
+  const int64_t d = config_.hidden_size;
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
   // z = eh_proj([enorm(Emb(x_{t+1})) ; hnorm(h_t)]), embedding first.
   std::vector<float> e(static_cast<size_t>(T * d));
   std::vector<float> h(static_cast<size_t>(T * d));
@@ -278,25 +308,26 @@ Status DeepseekV32Model::mtp_logits(const ExecContext& ctx, const ForwardBatch& 
   std::vector<float> z(static_cast<size_t>(T * d));
   mtp_->eh_proj.forward(ctx, eh.data(), T, z.data());
   kernels::round_to_bf16(z.data(), T * d);
-  tap(taps, mtp_layer_id, "mtp_input", z.data(), {T, d});
+  tap(taps, mtp_->layer.layer_id, "mtp_input", z.data(), {T, d});
   run_extra_layer(ctx, mtp_->layer, batch, cache, z.data(), taps);
+  return z;
+}
 
-  const auto num_rows = static_cast<int64_t>(logits_rows.size());
-  std::vector<float> normed(static_cast<size_t>(num_rows * d));
-  for (int64_t r = 0; r < num_rows; ++r)
-    std::memcpy(normed.data() + r * d, z.data() + logits_rows[static_cast<size_t>(r)] * d,
-                static_cast<size_t>(d) * sizeof(float));
-  rms_norm_bf16(ctx, normed.data(), mtp_->shared_head_norm, normed.data(), num_rows, d, eps);
-  tap(taps, mtp_layer_id, "final_norm", normed.data(), {num_rows, d});
+void DeepseekV32Model::mtp_head(const ExecContext& ctx, std::vector<float> rows, int64_t num_rows,
+                                float* out_logits, TapSink* taps) const {
+  const int64_t d = config_.hidden_size;
+  const int mtp_layer_id = mtp_->layer.layer_id;
+  rms_norm_bf16(ctx, rows.data(), mtp_->shared_head_norm, rows.data(), num_rows, d,
+                static_cast<float>(config_.rms_norm_eps));
+  tap(taps, mtp_layer_id, "final_norm", rows.data(), {num_rows, d});
   if (mtp_->head) {
-    head_logits(ctx, *mtp_->head, normed.data(), num_rows, out_logits);
+    head_logits(ctx, *mtp_->head, rows.data(), num_rows, out_logits);
   } else {
-    std::vector<int64_t> rows(static_cast<size_t>(num_rows));
-    for (int64_t r = 0; r < num_rows; ++r) rows[static_cast<size_t>(r)] = r;
-    lm_head(ctx, normed.data(), rows, out_logits);
+    std::vector<int64_t> picked(static_cast<size_t>(num_rows));
+    for (int64_t r = 0; r < num_rows; ++r) picked[static_cast<size_t>(r)] = r;
+    lm_head(ctx, rows.data(), picked, out_logits);
   }
   tap(taps, mtp_layer_id, "logits", out_logits, {num_rows, config_.vocab_size});
-  return Status::ok_status();
 }
 
 }  // namespace dz::model

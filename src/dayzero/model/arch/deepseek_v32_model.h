@@ -35,7 +35,9 @@ class DeepseekV32Model final : public HybridModel {
   ~DeepseekV32Model() override;
 
   bool has_mtp() const override { return mtp_ != nullptr; }
-  // mtp_logits() on the final-norm output that the last forward() kept.
+  // mtp_logits() on the final-norm output that the last forward() kept. Under context
+  // parallelism the MTP batch is split like any step (its pieces need not be the last forward's:
+  // the kept rows are the whole step's).
   Status forward_mtp(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
                      std::span<const int64_t> logits_rows, float* out_logits,
                      TapSink* taps) override;
@@ -57,7 +59,14 @@ class DeepseekV32Model final : public HybridModel {
 
  private:
   DeepseekV32Model(HybridModelParts parts, DeepseekV32Config config);
+  bool keeps_final_norm() const override { return mtp_ != nullptr; }
   void keep_final_norm(const ForwardBatch& batch, std::vector<float>& normed) override;
+  // z [T, d]: the MTP decoder layer's output for `batch` (a checked batch with tokens).
+  std::vector<float> mtp_hidden(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
+                                const float* main_final, TapSink* taps);
+  // out_logits [num_rows, vocab] from z rows [num_rows, d]: shared_head norm, then the head.
+  void mtp_head(const ExecContext& ctx, std::vector<float> rows, int64_t num_rows,
+                float* out_logits, TapSink* taps) const;
 
   DeepseekV32Config config_;
   std::unique_ptr<Mtp> mtp_;

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "dayzero/core/check.h"
@@ -123,12 +125,28 @@ void DsaIndexer::select(const ExecContext& ctx, const ForwardBatch& batch, const
   rotate_and_quantize(ctx, q, T * n_heads, head_dim, q_codes, q_scales);
   rotate_and_quantize(ctx, k, T, head_dim, k_codes, k_scales);
   // Every key is cached before any scoring: token t sees itself (§3.3).
-  for (int64_t t = 0; t < T; ++t)
+  const ContextSplit* split = batch.context;
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t slot = batch.slot_mapping[static_cast<size_t>(t)];
+    if (split != nullptr) slot = split->shard().stored_slot(slot, batch.block_size);
+    if (slot < 0) continue;  // another CP rank stores it
     kernels::write_index_key(
-        cache.layout, cache.pool, batch.slot_mapping[static_cast<size_t>(t)],
+        cache.layout, cache.pool, slot,
         std::span<const uint8_t>(k_codes + t * head_dim, static_cast<size_t>(head_dim)),
         k_scales[t]);
-  if (batch.context != nullptr) batch.context->share_index_keys(cache.layout, cache.pool, layer_id);
+  }
+  // Context parallelism: the pieces score their sequence's whole history.
+  ContextSplit::History history;
+  if (split != nullptr) {
+    const auto key = static_cast<size_t>(head_dim);
+    std::vector<std::byte> fresh(static_cast<size_t>(T) * (key + 4));
+    for (int64_t t = 0; t < T; ++t) {
+      std::byte* row = fresh.data() + static_cast<size_t>(t) * (key + 4);
+      std::memcpy(row, k_codes + t * head_dim, key);
+      std::memcpy(row + key, k_scales + t, 4);
+    }
+    history = split->index_history(cache.layout, cache.pool, fresh, layer_id);
+  }
 
   // 5. w_h = weights_proj(x)_h · n_I^-½ · sq_h · d_I^-½ (the reference's order; sq_h is a power of
   // two, so only the constant factors round).
@@ -158,17 +176,20 @@ void DsaIndexer::select(const ExecContext& ctx, const ForwardBatch& batch, const
   const std::span<std::byte> workspace = scratch.allocate(workspace_bytes);
   for (size_t i = 0; i < batch.sequences.size(); ++i) {
     const SequenceSlice& seq = batch.sequences[i];
-    if (batch.context != nullptr && batch.context->shards_keys(i)) continue;  // below
+    kernels::IndexKeyCache keys{cache.layout, cache.pool, seq.block_table};
+    if (split != nullptr) {
+      const std::optional<ContextPiece> piece = split->piece_of_slice(i);
+      if (!piece) continue;  // a whole sequence: select_sharded below
+      keys = {cache.layout, history.pool, history.tables[static_cast<size_t>(piece->sequence)]};
+    }
     const auto rows = static_cast<size_t>(seq.token_begin * K);
     const auto num_values = static_cast<size_t>(seq.num_tokens * K);
     kernels::lightning_indexer(
-        ctx, kernels::IndexKeyCache{cache.layout, cache.pool, seq.block_table}, queries_of(seq), K,
-        selection.subspan(rows, num_values),
+        ctx, keys, queries_of(seq), K, selection.subspan(rows, num_values),
         scores != nullptr ? std::span<float>(scores + rows, num_values) : std::span<float>(),
         workspace);
   }
-  if (batch.context != nullptr)
-    select_sharded(ctx, batch, q_codes, w, cache, selection, scores, layer_id);
+  if (split != nullptr) select_sharded(ctx, batch, q_codes, w, cache, selection, scores, layer_id);
   if (taps != nullptr) {
     float* as_float = take<float>(scratch, T * K);
     for (int64_t i = 0; i < T * K; ++i) as_float[i] = static_cast<float>(selection[i]);
@@ -203,13 +224,13 @@ void DsaIndexer::select_sharded(const ExecContext& ctx, const ForwardBatch& batc
   for (size_t i = 0; i < batch.sequences.size(); ++i) {
     if (!split.shards_keys(i)) continue;
     const SequenceSlice& seq = batch.sequences[i];
-    // The owned blocks, as a block table of their own: position p' in it is position
-    // owned[p' / B]·B + p' % B of the sequence.
+    // The stored blocks, as a block table of their own into this rank's pool: position p' in it
+    // is position owned[p' / B]·B + p' % B of the sequence.
     std::vector<int32_t> owned, table;
     for (int64_t b = 0; b * B < seq.num_cached_after(); ++b)
-      if (split.owns_key(b * B, B)) {
+      if (split.owns_key(seq.block_table, b * B)) {
         owned.push_back(static_cast<int32_t>(b));
-        table.push_back(seq.block_table[static_cast<size_t>(b)]);
+        table.push_back(split.shard().stored_block(seq.block_table[static_cast<size_t>(b)]));
       }
     const kernels::IndexKeyCache keys{cache.layout, cache.pool, table};
     for (int64_t t = seq.token_begin; t < seq.token_begin + seq.num_tokens; ++t, ++row) {

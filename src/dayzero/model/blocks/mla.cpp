@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "dayzero/core/check.h"
@@ -199,15 +200,21 @@ void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
     }
   }
   // Every token's record first, so that each query reads its own key back from the cache.
+  const ContextSplit* split = batch.context;
+  std::vector<std::byte> fresh;  // context parallelism: every local token's record
+  if (split != nullptr) fresh.resize(static_cast<size_t>(T * cache.layout.record_bytes()));
   for (int64_t t = 0; t < T; ++t) {
-    const int64_t slot = batch.slot_mapping[static_cast<size_t>(t)];
-    if (slot < 0) continue;  // −1: a padding token with no cache slot (docs/formats.md §5.1)
     const float* row = kv + t * (r_kv + d_r);
+    if (split != nullptr) kernels::write_mla_record(cache.layout, fresh.data(), t, row, row + r_kv);
+    int64_t slot = batch.slot_mapping[static_cast<size_t>(t)];
+    if (slot >= 0 && split != nullptr) slot = split->shard().stored_slot(slot, batch.block_size);
+    if (slot < 0) continue;  // −1: a padding token (docs/formats.md §5.1) or another CP rank's
     kernels::write_mla_record(cache.layout, cache.pool, slot, row, row + r_kv);
   }
-  // Context parallelism: the other ranks' pieces of this step, so every earlier key is here.
-  if (batch.context != nullptr)
-    batch.context->share_mla_records(cache.layout, cache.pool, layer_id);
+  // Context parallelism: the pieces attend over their sequence's whole history.
+  const ContextSplit::History history =
+      split != nullptr ? split->mla_history(cache.layout, cache.pool, fresh, layer_id)
+                       : ContextSplit::History{};
 
   float* o = take_floats(scratch, T * H * d_v);  // [T, H, d_v]
   float* q_abs = take_floats(scratch, std::min(T, kPrefillQueryChunk) * H * r_kv);
@@ -259,11 +266,16 @@ void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
 
   for (size_t i = 0; i < batch.sequences.size(); ++i) {
     const SequenceSlice& seq = batch.sequences[i];
-    if (batch.context != nullptr && batch.context->shards_keys(i)) continue;  // below
-    const kernels::MlaCacheView view{.layout = cache.layout,
-                                     .pool = cache.pool,
-                                     .block_size = batch.block_size,
-                                     .block_table = seq.block_table};
+    kernels::MlaCacheView view{.layout = cache.layout,
+                               .pool = cache.pool,
+                               .block_size = batch.block_size,
+                               .block_table = seq.block_table};
+    if (split != nullptr) {
+      const std::optional<ContextPiece> piece = split->piece_of_slice(i);
+      if (!piece) continue;  // a whole sequence: attend_sharded below
+      view.pool = history.pool;
+      view.block_table = history.tables[static_cast<size_t>(piece->sequence)];
+    }
     for (int64_t chunk = 0; chunk < seq.num_tokens; chunk += kPrefillQueryChunk) {
       const int64_t t0 = seq.token_begin + chunk;
       const int64_t n = std::min(kPrefillQueryChunk, seq.num_tokens - chunk);
@@ -304,8 +316,7 @@ void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
     }
   }
   flush_group();
-  if (batch.context != nullptr)
-    attend_sharded(ctx, batch, q, cache, selection, o, workspace, layer_id);
+  if (split != nullptr) attend_sharded(ctx, batch, q, cache, selection, o, workspace, layer_id);
 
   if (c.output_gate) {  // K3: o_h ⊙ σ(Linear(x; g_proj))_h, the gate logits rounded like any linear
     float* gate = take_floats(scratch, T * H * d_v);
@@ -342,7 +353,7 @@ void MlaBlock::attend_sharded(const ExecContext& ctx, const ForwardBatch& batch,
   float* lse = partial.data() + R * H * r_kv;
   std::fill_n(lse, R * H, -std::numeric_limits<float>::infinity());
   std::vector<float> q_abs(static_cast<size_t>(H * r_kv));
-  std::vector<int32_t> keys;
+  std::vector<int32_t> keys, stored_table;
   for (int64_t r = 0; r < R; ++r) {
     const auto [slice, t] = rows[static_cast<size_t>(r)];
     const SequenceSlice& seq = batch.sequences[slice];
@@ -351,12 +362,13 @@ void MlaBlock::attend_sharded(const ExecContext& ctx, const ForwardBatch& batch,
     if (selection.width > 0) {
       for (int32_t p : selection.positions.subspan(static_cast<size_t>(t * selection.width),
                                                    static_cast<size_t>(selection.width)))
-        if (p >= 0 && split.owns_key(p, batch.block_size)) keys.push_back(p);
+        if (p >= 0 && split.owns_key(seq.block_table, p)) keys.push_back(p);
     } else {
       for (int32_t p = 0; p <= pos; ++p)
-        if (split.owns_key(p, batch.block_size)) keys.push_back(p);
+        if (split.owns_key(seq.block_table, p)) keys.push_back(p);
     }
     if (keys.empty()) continue;
+    stored_table = split.shard().stored_table(seq.block_table);
     kernels::mla_absorb_q(ctx, dims,
                           {.q_nope = q + t * H * q_width,
                            .token_stride = H * q_width,
@@ -367,7 +379,7 @@ void MlaBlock::attend_sharded(const ExecContext& ctx, const ForwardBatch& batch,
     const kernels::MlaCacheView view{.layout = cache.layout,
                                      .pool = cache.pool,
                                      .block_size = batch.block_size,
-                                     .block_table = seq.block_table};
+                                     .block_table = stored_table};
     kernels::mla_attention_absorbed(ctx, view,
                                     {.positions = std::span(&pos, 1),
                                      .selection = keys,
