@@ -27,7 +27,8 @@ from cli_support import DAYZERO, PYTHON, skip_unless_built
 from dayzero_ref import make_tiny, verify_dump
 from server_support import MPIRUN
 
-PLANS = ((2, ("--tp", "2")), (2, ("--ep", "2")), (4, ("--tp", "2", "--ep", "2")))
+PLANS = ((2, ("--tp", "2")), (2, ("--ep", "2")), (4, ("--tp", "2", "--ep", "2")),
+         (2, ("--cp", "2")), (4, ("--tp", "2", "--cp", "2")))
 MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMP_NUM_THREADS="1")
 
@@ -124,6 +125,9 @@ class VerifyCli(unittest.TestCase):
 
 
 class VerifyUnderPlans(unittest.TestCase):
+    """verify under --tp, --ep and --cp: the same comparisons as one process, each rank checking its
+    own heads (TP) or its own pieces' rows (CP), rank 0 printing each row's worst rank."""
+
     @classmethod
     def setUpClass(cls):
         skip_unless_built()
@@ -174,6 +178,23 @@ class VerifyUnderPlans(unittest.TestCase):
         self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
         failed = [r for r in rows_of(proc.stdout) if r[4] == "FAIL"]
         self.assertEqual(failed, [("operator", "0", "kda_q", "rel_rms", "FAIL")], proc.stdout)
+
+    def test_a_tap_wrong_in_one_ranks_pieces_fails(self):
+        # Under --cp 2 (zigzag) rank 1 runs pieces 1 and 2 of 4: the middle half of the tokens.
+        dump = os.path.join(self.tmp.name, "deepseek-dump")
+        shutil.rmtree(dump, ignore_errors=True)
+        verify_dump.dump(self.models["deepseek_v32"], dump, verify_dump.test_prompts.PROMPTS[17],
+                         "bf16")
+        name = os.path.join(dump, verify_dump.tap_file_name(1, "ffn_out"))
+        out = np.load(name)
+        n = out.shape[0]
+        out[n // 4:3 * n // 4] *= np.float32(1.03)
+        np.save(name, out)
+        proc = self.verify("deepseek_v32", 2, ("--cp", "2"), "--kv-cache-dtype", "bf16",
+                           "--reference-dump", dump)
+        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        failed = [r for r in rows_of(proc.stdout) if r[4] == "FAIL"]
+        self.assertEqual(failed, [("operator", "1", "ffn_out", "rel_rms", "FAIL")], proc.stdout)
 
 
 if __name__ == "__main__":

@@ -82,6 +82,12 @@ class HybridModel : public CausalLm {
 
   // Whether forward() shares its steps with a CP group.
   bool context_parallel() const { return parts_.cp_comm != nullptr && parts_.cp_comm->size() > 1; }
+  // This rank's part of `batch` as forward() cuts it under context parallelism (null otherwise):
+  // for running single blocks on it (operator-level verification).
+  std::unique_ptr<ContextSplit> split_step(const ForwardBatch& batch) const {
+    if (!context_parallel()) return nullptr;
+    return std::make_unique<ContextSplit>(batch, *parts_.cp_comm, parts_.cp_layout);
+  }
   int num_layers() const { return static_cast<int>(parts_.layers.size()); }
   const DecoderLayer& layer(int layer_id) const;
   bool has_attn_res() const { return !parts_.final_attn_res_query.empty(); }

@@ -45,8 +45,8 @@ Result<std::unique_ptr<FreshSequence>> fresh_sequence(const CausalLm& model,
   const bool recurrent = std::any_of(layers.begin(), layers.end(), [](const LayerCacheSpec& spec) {
     return spec.kda.num_heads > 0;
   });
-  DZ_ASSIGN_OR_RETURN(KvCache cache,
-                      KvCache::create(layers, num_blocks, block_size, recurrent ? 1 : 0));
+  DZ_ASSIGN_OR_RETURN(KvCache cache, KvCache::create(layers, num_blocks, block_size,
+                                                     recurrent ? 1 : 0, model.cache_shard()));
   auto seq = std::unique_ptr<FreshSequence>(
       new FreshSequence{std::move(cache), SequentialBlocks(num_blocks, block_size), {}, {}, {}});
   DZ_RETURN_IF_ERROR(seq->blocks.reserve(T));
@@ -112,24 +112,26 @@ VerifyRow count_at_most(std::string level, int layer_id, std::string quantity, s
 
 // Rows whose selected sets differ by more than near-ties: a position chosen by one side only is
 // excused when its reference score is within `bound`·max|row score| of the reference's k-th score
-// (a BF16 / FP8 rounding flip between nearly equal candidates, docs/models.md §8.1).
+// (a BF16 / FP8 rounding flip between nearly equal candidates, docs/models.md §8.1). Row t is the
+// query at positions[t]; ref_scores has T keys per row.
 int64_t indexer_unexplained_rows(const int32_t* ours, const float* ref_sel, const float* ref_scores,
-                                 int64_t T, int64_t K) {
+                                 std::span<const int32_t> positions, int64_t T, int64_t K) {
   int64_t bad_rows = 0;
-  for (int64_t t = 0; t < T; ++t) {
+  for (size_t t = 0; t < positions.size(); ++t) {
+    const int32_t pos = positions[t];
     std::set<int32_t> a, b;
-    for (int64_t j = 0; j < K; ++j) {
-      if (ours[t * K + j] >= 0) a.insert(ours[t * K + j]);
-      if (ref_sel[t * K + j] >= 0) b.insert(static_cast<int32_t>(ref_sel[t * K + j]));
+    for (size_t j = t * static_cast<size_t>(K); j < (t + 1) * static_cast<size_t>(K); ++j) {
+      if (ours[j] >= 0) a.insert(ours[j]);
+      if (ref_sel[j] >= 0) b.insert(static_cast<int32_t>(ref_sel[j]));
     }
     if (a == b) continue;
-    const float* row = ref_scores + t * T;
+    const float* row = ref_scores + static_cast<int64_t>(t) * T;
     double scale = 0, kth = INFINITY;
-    for (int64_t s = 0; s <= t; ++s) scale = std::max(scale, std::fabs(double{row[s]}));
+    for (int32_t s = 0; s <= pos; ++s) scale = std::max(scale, std::fabs(double{row[s]}));
     for (int32_t s : b) kth = std::min(kth, double{row[s]});
     bool explained = a.size() == b.size();
     for (int32_t s : a)
-      if (!b.count(s) && (s > t || std::fabs(row[s] - kth) > kIndexerGapBound * scale))
+      if (!b.count(s) && (s > pos || std::fabs(row[s] - kth) > kIndexerGapBound * scale))
         explained = false;
     for (int32_t s : b)
       if (!a.count(s) && std::fabs(row[s] - kth) > kIndexerGapBound * scale) explained = false;
@@ -200,21 +202,23 @@ Status compare_tap_columns(const TapMap& ours, const TapMap& ref, int layer_id,
 
 // The indexer's rows from a layer run on the reference's q latent (docs/models.md §8.1): its scores
 // at the positions it selected against the reference's, and the selected sets up to near-ties.
-Status indexer_rows(const DecoderLayer& layer, int64_t T, const TapMap& ours, const TapMap& ref,
-                    std::vector<VerifyRow>& rows) {
+// Row t is the query at positions[t], of a sequence of T tokens.
+Status indexer_rows(const DecoderLayer& layer, std::span<const int32_t> positions, int64_t T,
+                    const TapMap& ours, const TapMap& ref, std::vector<VerifyRow>& rows) {
   const int l = layer.layer_id;
   const int64_t K = layer.indexer->config().index_topk;
+  const auto R = static_cast<int64_t>(positions.size());
   const char* kRef = "reference";
-  DZ_ASSIGN_OR_RETURN(const TapArray* ref_scores, need(ref, l, "index_scores", {T, T}, kRef));
-  DZ_ASSIGN_OR_RETURN(const TapArray* ref_sel, need(ref, l, "index_selection", {T, K}, kRef));
-  DZ_ASSIGN_OR_RETURN(const TapArray* our_scores, need(ours, l, "index_scores", {T, K}, "engine"));
-  DZ_ASSIGN_OR_RETURN(const TapArray* our_sel, need(ours, l, "index_selection", {T, K}, "engine"));
+  DZ_ASSIGN_OR_RETURN(const TapArray* ref_scores, need(ref, l, "index_scores", {R, T}, kRef));
+  DZ_ASSIGN_OR_RETURN(const TapArray* ref_sel, need(ref, l, "index_selection", {R, K}, kRef));
+  DZ_ASSIGN_OR_RETURN(const TapArray* our_scores, need(ours, l, "index_scores", {R, K}, "engine"));
+  DZ_ASSIGN_OR_RETURN(const TapArray* our_sel, need(ours, l, "index_selection", {R, K}, "engine"));
   std::vector<int32_t> selection(our_sel->data.begin(), our_sel->data.end());
   std::vector<float> a, b;
-  for (int64_t t = 0; t < T; ++t)
+  for (int64_t t = 0; t < R; ++t)
     for (int64_t j = 0; j < K; ++j) {
       const int32_t s = selection[static_cast<size_t>(t * K + j)];
-      if (s < 0 || s > t) continue;
+      if (s < 0 || s > positions[static_cast<size_t>(t)]) continue;
       a.push_back(our_scores->data[static_cast<size_t>(t * K + j)]);
       b.push_back(ref_scores->data[static_cast<size_t>(t * T + s)]);
     }
@@ -223,7 +227,7 @@ Status indexer_rows(const DecoderLayer& layer, int64_t T, const TapMap& ours, co
                        kOperatorRelRms));
   rows.push_back(count_at_most("operator", l, "index_selection", "rows_beyond_gap",
                                indexer_unexplained_rows(selection.data(), ref_sel->data.data(),
-                                                        ref_scores->data.data(), T, K),
+                                                        ref_scores->data.data(), positions, T, K),
                                0));
   return Status::ok_status();
 }
@@ -232,9 +236,11 @@ Status indexer_rows(const DecoderLayer& layer, int64_t T, const TapMap& ours, co
 // attention input, with the reference's q latent and indexer selection carried on in place of
 // the engine's own (the engine's are compared first), so attention is checked on the reference's
 // sparse set.
-Status mixer_rows(const ExecContext& ctx, const DecoderLayer& layer, FreshSequence& seq,
-                  const TapMap& ref, Arena& scratch, std::vector<VerifyRow>& rows) {
-  const ForwardBatch& batch = seq.batch;
+// `batch` is the whole sequence, or this rank's pieces of it under context parallelism (`ref`
+// then holds their rows); T is the sequence's length.
+Status mixer_rows(const ExecContext& ctx, const DecoderLayer& layer, const ForwardBatch& batch,
+                  int64_t sequence_tokens, KvCache& cache, const TapMap& ref, Arena& scratch,
+                  std::vector<VerifyRow>& rows) {
   const int l = layer.layer_id;
   const int64_t T = batch.num_tokens(), d = layer.hidden_size;
   const char* kRef = "reference";
@@ -247,7 +253,7 @@ Status mixer_rows(const ExecContext& ctx, const DecoderLayer& layer, FreshSequen
   }
   CapturingTapSink sink(&ref, {"q_latent", "index_selection"});
   std::vector<float> out(static_cast<size_t>(T * d));
-  layer.attention(ctx, batch, seq.cache, attn_norm->data.data(), out.data(), scratch, &sink);
+  layer.attention(ctx, batch, cache, attn_norm->data.data(), out.data(), scratch, &sink);
   if (layer.kda != nullptr) {
     // This rank's heads (all of them in one process).
     const KdaConfig& c = layer.kda->config();
@@ -261,7 +267,9 @@ Status mixer_rows(const ExecContext& ctx, const DecoderLayer& layer, FreshSequen
   if (r_q > 0)
     DZ_RETURN_IF_ERROR(
         compare_tap(sink.taps(), ref, l, "q_latent", {T, r_q}, "operator", kOperatorRelRms, rows));
-  if (layer.indexer != nullptr) DZ_RETURN_IF_ERROR(indexer_rows(layer, T, sink.taps(), ref, rows));
+  if (layer.indexer != nullptr)
+    DZ_RETURN_IF_ERROR(
+        indexer_rows(layer, batch.positions, sequence_tokens, sink.taps(), ref, rows));
   kernels::round_to_bf16(out.data(), T * d);
   DZ_ASSIGN_OR_RETURN(const TapArray* attn_out, need(ref, l, "attn_out", {T, d}, kRef));
   rows.push_back(below("operator", l, "attn_out", "rel_rms",
@@ -312,6 +320,29 @@ Status ffn_rows(const ExecContext& ctx, const DecoderLayer& layer, int64_t T, co
   return Status::ok_status();
 }
 
+// The reference's per-token taps cut to the rows of this rank's pieces (context parallelism); the
+// logits stay whole (every rank computes all asked rows).
+TapMap rows_of_split(const TapMap& ref, const ContextSplit& split, int64_t T) {
+  TapMap mine;
+  const int64_t n = split.local().num_tokens();
+  for (const auto& [key, array] : ref) {
+    if (array.shape.rank() == 0 || array.shape[0] != T ||
+        key == std::pair{-1, std::string("logits")}) {
+      mine.emplace(key, array);
+      continue;
+    }
+    const int64_t width = array.shape.num_elems() / T;
+    TapArray& cut = mine[key];
+    cut.shape = array.shape;
+    cut.shape[0] = n;
+    cut.data.resize(static_cast<size_t>(n * width));
+    for (int64_t t = 0; t < n; ++t)
+      std::copy_n(array.data.data() + split.full_token(t) * width, width,
+                  cut.data.data() + t * width);
+  }
+  return mine;
+}
+
 }  // namespace
 
 Result<std::vector<VerifyRow>> verify_model(const ExecContext& ctx, HybridModel& model,
@@ -323,13 +354,22 @@ Result<std::vector<VerifyRow>> verify_model(const ExecContext& ctx, HybridModel&
   std::vector<VerifyRow> rows;
 
   // Operator level: one fresh cache for all layers (each writes only its own pools and state).
+  // Under context parallelism each rank checks the rows of its own pieces (the layers' taps see
+  // only those), and rank 0 reports each row's worst rank.
+  std::unique_ptr<ContextSplit> split;
+  TapMap split_ref;
   {
     DZ_ASSIGN_OR_RETURN(std::unique_ptr<FreshSequence> seq,
                         fresh_sequence(model, token_ids, block_size));
-    Arena& scratch = model.block_scratch(ctx, seq->batch);
+    split = model.split_step(seq->batch);
+    if (split != nullptr) split_ref = rows_of_split(ref, *split, T);
+    const ForwardBatch& batch = split != nullptr ? split->local() : seq->batch;
+    const TapMap& mine = split != nullptr ? split_ref : ref;
+    Arena& scratch = model.block_scratch(ctx, batch);
     for (int l = 0; l < model.num_layers(); ++l) {
-      DZ_RETURN_IF_ERROR(mixer_rows(ctx, model.layer(l), *seq, ref, scratch, rows));
-      DZ_RETURN_IF_ERROR(ffn_rows(ctx, model.layer(l), T, ref, scratch, rows));
+      DZ_RETURN_IF_ERROR(
+          mixer_rows(ctx, model.layer(l), batch, T, seq->cache, mine, scratch, rows));
+      DZ_RETURN_IF_ERROR(ffn_rows(ctx, model.layer(l), batch.num_tokens(), mine, scratch, rows));
     }
   }
 
@@ -341,19 +381,21 @@ Result<std::vector<VerifyRow>> verify_model(const ExecContext& ctx, HybridModel&
   std::vector<float> logits(static_cast<size_t>(T * V));
   CapturingTapSink sink;
   DZ_RETURN_IF_ERROR(model.forward(ctx, seq->batch, seq->cache, all_rows, logits.data(), &sink));
+  const TapMap& mine = split != nullptr ? split_ref : ref;
+  const int64_t R = split != nullptr ? split->local().num_tokens() : T;
   for (int l = 0; l < model.num_layers(); ++l) {
     if (model.has_attn_res()) {
       DZ_RETURN_IF_ERROR(
-          compare_tap(sink.taps(), ref, l, "attn_mix", {T, d}, "layer", kLayerRelRms, rows));
+          compare_tap(sink.taps(), mine, l, "attn_mix", {R, d}, "layer", kLayerRelRms, rows));
       DZ_RETURN_IF_ERROR(
-          compare_tap(sink.taps(), ref, l, "ffn_mix", {T, d}, "layer", kLayerRelRms, rows));
+          compare_tap(sink.taps(), mine, l, "ffn_mix", {R, d}, "layer", kLayerRelRms, rows));
     }
     DZ_RETURN_IF_ERROR(
-        compare_tap(sink.taps(), ref, l, "layer_out", {T, d}, "layer", kLayerRelRms, rows));
+        compare_tap(sink.taps(), mine, l, "layer_out", {R, d}, "layer", kLayerRelRms, rows));
   }
   if (model.has_attn_res())
     DZ_RETURN_IF_ERROR(
-        compare_tap(sink.taps(), ref, -1, "final_mix", {T, d}, "layer", kLayerRelRms, rows));
+        compare_tap(sink.taps(), mine, -1, "final_mix", {R, d}, "layer", kLayerRelRms, rows));
 
   DZ_ASSIGN_OR_RETURN(const TapArray* ref_logits, need(ref, -1, "logits", {T, V}, "reference"));
   std::vector<double> rel(static_cast<size_t>(T));

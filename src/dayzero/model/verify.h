@@ -78,8 +78,8 @@ Result<std::vector<VerifyRow>> verify_model(const ExecContext& ctx, HybridModel&
 
 // Under a parallel plan every rank runs verify_model on its own shard, in step (the blocks'
 // collectives line up; each data-parallel group runs the same sequence), each comparing its own
-// heads where a block splits them. This gives every rank, for each row, the worst value over the
-// ranks and its verdict.
+// heads where a block splits them, and under context parallelism the rows of its own pieces. This
+// gives every rank, for each row, the worst value over the ranks and its verdict.
 std::vector<VerifyRow> worst_over_ranks(dist::Comm& comm, std::vector<VerifyRow> rows);
 
 }  // namespace dz::model
