@@ -164,38 +164,30 @@ class VerifyUnderPlans(unittest.TestCase):
                     self.assertEqual([r[:4] for r in rows], want, "the same comparisons")
                     self.assertTrue(all(r[4] == "PASS" for r in rows), proc.stdout)
 
-    def test_a_tap_wrong_in_one_ranks_heads_fails(self):
-        dump = os.path.join(self.tmp.name, "kimi-dump")
+    def check_fails_exactly(self, arch, layer, tap, perturb, ranks, plan):
+        """A reference tap changed by perturb(values) fails that one operator row under plan."""
+        dump = os.path.join(self.tmp.name, f"{arch}-dump")
         shutil.rmtree(dump, ignore_errors=True)
-        verify_dump.dump(self.models["kimi_linear"], dump, verify_dump.test_prompts.PROMPTS[17],
-                         "bf16")
-        name = os.path.join(dump, verify_dump.tap_file_name(0, "kda_q"))
-        q = np.load(name)
-        q[:, q.shape[1] // 2:] *= np.float32(1.03)  # the heads rank 1 holds at --tp 2
-        np.save(name, q)
-        proc = self.verify("kimi_linear", 2, ("--tp", "2"), "--kv-cache-dtype", "bf16",
-                           "--reference-dump", dump)
+        verify_dump.dump(self.models[arch], dump, verify_dump.test_prompts.PROMPTS[17], "bf16")
+        name = os.path.join(dump, verify_dump.tap_file_name(layer, tap))
+        values = np.load(name)
+        perturb(values)
+        np.save(name, values)
+        proc = self.verify(arch, ranks, plan, "--kv-cache-dtype", "bf16", "--reference-dump", dump)
         self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
         failed = [r for r in rows_of(proc.stdout) if r[4] == "FAIL"]
-        self.assertEqual(failed, [("operator", "0", "kda_q", "rel_rms", "FAIL")], proc.stdout)
+        self.assertEqual(failed, [("operator", str(layer), tap, "rel_rms", "FAIL")], proc.stdout)
+
+    def test_a_tap_wrong_in_one_ranks_heads_fails(self):
+        def rank1_heads(q):  # the heads rank 1 holds at --tp 2
+            q[:, q.shape[1] // 2:] *= np.float32(1.03)
+        self.check_fails_exactly("kimi_linear", 0, "kda_q", rank1_heads, 2, ("--tp", "2"))
 
     def test_a_tap_wrong_in_one_ranks_pieces_fails(self):
-        # Under --cp 2 (zigzag) rank 1 runs pieces 1 and 2 of 4: the middle half of the tokens.
-        dump = os.path.join(self.tmp.name, "deepseek-dump")
-        shutil.rmtree(dump, ignore_errors=True)
-        verify_dump.dump(self.models["deepseek_v32"], dump, verify_dump.test_prompts.PROMPTS[17],
-                         "bf16")
-        name = os.path.join(dump, verify_dump.tap_file_name(1, "ffn_out"))
-        out = np.load(name)
-        n = out.shape[0]
-        out[n // 4:3 * n // 4] *= np.float32(1.03)
-        np.save(name, out)
-        proc = self.verify("deepseek_v32", 2, ("--cp", "2"), "--kv-cache-dtype", "bf16",
-                           "--reference-dump", dump)
-        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
-        failed = [r for r in rows_of(proc.stdout) if r[4] == "FAIL"]
-        self.assertEqual(failed, [("operator", "1", "ffn_out", "rel_rms", "FAIL")], proc.stdout)
-
+        def rank1_tokens(out):  # zigzag at --cp 2: rank 1 runs pieces 1 and 2 of 4
+            n = out.shape[0]
+            out[n // 4:3 * n // 4] *= np.float32(1.03)
+        self.check_fails_exactly("deepseek_v32", 1, "ffn_out", rank1_tokens, 2, ("--cp", "2"))
 
 if __name__ == "__main__":
     unittest.main()
