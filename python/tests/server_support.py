@@ -13,12 +13,13 @@ from cli_support import DAYZERO
 from serve_process import ServeProcess
 
 
-# DZ_SERVE_TP=T (and DZ_SERVE_EP=E) runs every server of the suite as
-# `mpirun -np T*E dayzero serve --tp T --ep E` (one thread per rank): the server test suite under
-# tensor and expert parallelism (docs/parallel.md §7).
+# DZ_SERVE_TP=T (and DZ_SERVE_EP=E, DZ_SERVE_CP=C) runs every server of the suite as
+# `mpirun -np T*E*C dayzero serve --tp T --ep E --cp C` (one thread per rank): the server test suite
+# under tensor, expert and context parallelism (docs/parallel.md §7, §9).
 SERVE_TP = int(os.environ.get("DZ_SERVE_TP", "1"))
 SERVE_EP = int(os.environ.get("DZ_SERVE_EP", "1"))
-SERVE_RANKS = SERVE_TP * SERVE_EP
+SERVE_CP = int(os.environ.get("DZ_SERVE_CP", "1"))
+SERVE_RANKS = SERVE_TP * SERVE_EP * SERVE_CP
 MPIRUN = ("mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader")
 
 
@@ -31,7 +32,7 @@ class ServerProcess(ServeProcess):
         launch, plan, env = [], [], None
         if SERVE_RANKS > 1:
             launch = [*MPIRUN, "-np", str(SERVE_RANKS)]
-            plan = ["--tp", str(SERVE_TP), "--ep", str(SERVE_EP)]
+            plan = ["--tp", str(SERVE_TP), "--ep", str(SERVE_EP), "--cp", str(SERVE_CP)]
             env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                        OMPI_MCA_rmaps_base_oversubscribe="1")
         super().__init__([*launch, DAYZERO, "serve", "--model", model_dir, "--port", "0",

@@ -23,7 +23,8 @@ import unittest
 
 from cli_support import SOURCE_DIR, run_dayzero, skip_or_fail, skip_unless_built
 from dayzero_ref import make_tiny
-from server_support import SERVE_EP, SERVE_RANKS, ServerProcess, metric, read_head, sse_events
+from server_support import (SERVE_CP, SERVE_EP, SERVE_RANKS, ServerProcess, metric, read_head,
+                            sse_events)
 
 NPM_DIR = os.path.join(SOURCE_DIR, "tests", "npm")
 ENGINE_FLAGS = ("--max-model-len", 256, "--block-size", 16, "--num-blocks", 129,
@@ -242,6 +243,16 @@ class ServerTest(unittest.TestCase):
         # MoE layers' all-to-alls (layer 1 of the tiny DeepSeek is one) of every step.
         def delta(name, **labels):
             return metric(after, name, **labels) - metric(before, name, **labels)
+        if SERVE_CP > 1:
+            # Under --cp 2 alone: no all-reduce; layer 0's MLA and indexer gather the prompt's
+            # history (or merge decode partials and candidates) over the two ranks every step.
+            self.assertEqual(delta("vllm:dist_bytes_received_total", layer="0", op="all_reduce"),
+                             0, dist)
+            self.assertGreater(delta("vllm:dist_bytes_received_total", layer="0",
+                                     op="all_gather"), 0, dist)
+            self.assertGreaterEqual(delta("vllm:dist_collectives_total", layer="step",
+                                          op="broadcast"), 2 * 5)
+            return
         computed = (delta("vllm:prompt_tokens_total") - delta("vllm:prefix_cache_hits_total")
                     + delta("vllm:generation_tokens_total") - 1)
         reduced = delta("vllm:dist_bytes_received_total", layer="0", op="all_reduce")
