@@ -80,31 +80,63 @@ void BlockPool::take_reference(int32_t block) {
   ++b.ref_cnt;
 }
 
-Result<std::vector<int32_t>> BlockPool::allocate(int64_t n, bool for_running_decode) {
+namespace {
+
+Status check_allocatable(int64_t n, int64_t allocatable, int64_t num_free, int64_t reserve,
+                         bool for_running_decode) {
   DZ_CHECK(n >= 0, "allocate({})", n);
-  const int64_t allocatable = num_allocatable(for_running_decode);
   if (n > allocatable)
     return make_error(StatusCode::kResourceExhausted,
                       "block pool: {} blocks wanted, {} allocatable ({} free, reserve {}{})", n,
-                      allocatable, num_free_, reserve_blocks_,
+                      allocatable, num_free, reserve,
                       for_running_decode ? " open to decodes" : " kept");
+  return Status::ok_status();
+}
+
+}  // namespace
+
+void BlockPool::take_free(int32_t block) {
+  unlink_free(block);
+  // Drop the hash before the listener runs, so the pool is consistent when it is called.
+  evict(block);
+  blocks_[block].ref_cnt = 1;
+}
+
+int32_t BlockPool::free_block_near_head(int64_t wanted) const {
+  int32_t block = head_;
+  for (int scanned = 0; block != sentinel() && scanned < kShardScan;
+       block = blocks_[block].next_free, ++scanned)
+    if (block % shard_count_ == wanted % shard_count_) return block;
+  return head_;
+}
+
+Result<std::vector<int32_t>> BlockPool::allocate(int64_t n, bool for_running_decode) {
+  DZ_RETURN_IF_ERROR(check_allocatable(n, num_allocatable(for_running_decode), num_free_,
+                                       reserve_blocks_, for_running_decode));
   std::vector<int32_t> blocks;
   blocks.reserve(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    const int32_t block = head_;
-    unlink_free(block);
-    // Drop the hash before the listener runs, so the pool is consistent when it is called.
-    evict(block);
-    blocks_[block].ref_cnt = 1;
-    blocks.push_back(block);
+    blocks.push_back(head_);
+    take_free(head_);
   }
   return blocks;
 }
 
 Status BlockPool::append_blocks(std::vector<int32_t>& table, int64_t n, bool for_running_decode) {
-  DZ_ASSIGN_OR_RETURN(std::vector<int32_t> blocks, allocate(n, for_running_decode));
-  table.insert(table.end(), blocks.begin(), blocks.end());
+  DZ_RETURN_IF_ERROR(check_allocatable(n, num_allocatable(for_running_decode), num_free_,
+                                       reserve_blocks_, for_running_decode));
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t block =
+        shard_count_ > 1 ? free_block_near_head(static_cast<int64_t>(table.size())) : head_;
+    take_free(block);
+    table.push_back(block);
+  }
   return Status::ok_status();
+}
+
+void BlockPool::set_shard_count(int count) {
+  DZ_CHECK(count >= 1, "block pool: shard count {}", count);
+  shard_count_ = count;
 }
 
 void BlockPool::free(std::span<const int32_t> table) {

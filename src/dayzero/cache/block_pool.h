@@ -52,8 +52,15 @@ class BlockPool {
   // are allocatable: admissions and prefill chunks must leave R blocks, running decodes may take
   // them.
   Result<std::vector<int32_t>> allocate(int64_t n, bool for_running_decode = false);
-  // Appends n fresh blocks to table (same rules; table unchanged on failure).
+  // Appends n fresh blocks to table (same rules; table unchanged on failure). With a shard count
+  // C > 1 entry i of the table gets a block b with b % C == i % C when one is among the first
+  // kShardScan free blocks, else the head's.
   Status append_blocks(std::vector<int32_t>& table, int64_t n, bool for_running_decode = false);
+  // Context parallelism (docs/parallel.md §9.4): CP rank r stores the blocks b with b % C == r, so
+  // a sequence's consecutive blocks should alternate between the ranks for their decode reads to
+  // balance. 1 (the default): no preference.
+  void set_shard_count(int count);
+  static constexpr int kShardScan = 64;
 
   // Decrements every block of table; those reaching 0 go to the free-list tail in reverse table
   // order, so the shared head of a prompt is evicted last. Aborts on a block already at 0.
@@ -108,12 +115,18 @@ class BlockPool {
   void evict(int32_t block);
   void check_block_id(int32_t block) const;
   void take_reference(int32_t block);
+  // Takes free block `block` out of the free list with ref_cnt 1, dropping its hash.
+  void take_free(int32_t block);
+  // A free block whose id is `wanted` mod shard_count_ near the head of the free list, else the
+  // head (the pool must have a free block).
+  int32_t free_block_near_head(int64_t wanted) const;
 
   std::vector<Block> blocks_;
   int32_t head_;  // sentinel's next: the eviction end
   int32_t tail_;  // sentinel's prev: the most recently freed
   int64_t block_size_;
   int64_t reserve_blocks_;
+  int shard_count_ = 1;
   int64_t num_free_ = 0;
   int64_t num_cached_free_ = 0;
   std::unordered_map<BlockHash, int32_t, BlockHashHasher> index_;

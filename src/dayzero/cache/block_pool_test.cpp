@@ -91,6 +91,41 @@ TEST(BlockPool, AllocateFailsAtomicallyAndKeepsTheReserveForDecodes) {
   EXPECT_EQ(pool.num_free(), 5);
 }
 
+TEST(BlockPool, UnderContextParallelismEachTableAlternatesBetweenTheRanks) {
+  // Two sequences growing a block at a time in turn: without a preference sequence 0 would get
+  // blocks 1, 3, 5, ... (all on CP rank 1 of 2) and sequence 1 blocks 2, 4, 6, ...
+  BlockPool pool = make_pool(40, 16);
+  pool.set_shard_count(2);
+  Tables tables(2);
+  for (int step = 0; step < 8; ++step)
+    for (std::vector<int32_t>& table : tables) ASSERT_TRUE(pool.append_blocks(table, 1).ok());
+  for (const std::vector<int32_t>& table : tables)
+    for (size_t i = 0; i < table.size(); ++i)
+      EXPECT_EQ(table[i] % 2, static_cast<int32_t>(i % 2)) << "entry " << i;
+  expect_ok(pool, tables);
+  // A fork's copy of a partial block (entry 3) lands on the rank that stores the original.
+  std::vector<int32_t> child(tables[0].begin(), tables[0].begin() + 3);
+  pool.fork(child);
+  ASSERT_TRUE(pool.append_blocks(child, 1).ok());
+  EXPECT_EQ(child[3] % 2, tables[0][3] % 2);
+  tables.push_back(child);
+  // Four ranks, several blocks at once; with no block of the class near the head, the head's.
+  pool.free(tables[1]);
+  tables.erase(tables.begin() + 1);
+  pool.set_shard_count(4);
+  std::vector<int32_t> table;
+  ASSERT_TRUE(pool.append_blocks(table, 8).ok());
+  for (size_t i = 0; i < table.size(); ++i) EXPECT_EQ(table[i] % 4, static_cast<int32_t>(i % 4));
+  tables.push_back(table);
+  expect_ok(pool, tables);
+  BlockPool tiny = make_pool(3, 16);  // blocks 1 and 2
+  tiny.set_shard_count(2);
+  std::vector<int32_t> odd;
+  ASSERT_TRUE(tiny.append_blocks(odd, 1).ok());
+  ASSERT_TRUE(tiny.append_blocks(odd, 1).ok());
+  EXPECT_EQ(odd, (std::vector<int32_t>{2, 1}));
+}
+
 TEST(BlockPool, FreeAppendsToTheTailInReverseTableOrder) {
   BlockPool pool = make_pool(7, 4);
   const std::vector<int32_t> a = take(pool, 3);  // 1 2 3

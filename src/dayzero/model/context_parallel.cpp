@@ -263,4 +263,22 @@ std::vector<float> ContextSplit::gather_rows(std::span<const int64_t> rows, cons
   return out;
 }
 
+void copy_block_rows_between_ranks(KvCache& cache, dist::Comm& comm, int32_t from_block,
+                                   int32_t to_block, int64_t num_rows) {
+  const BlockShard& shard = cache.shard();
+  DZ_CHECK(shard.count == comm.size() && shard.index == comm.rank(),
+           "cache shard {} of {} on CP rank {} of {}", shard.index, shard.count, comm.rank(),
+           comm.size());
+  if (from_block % shard.count == to_block % shard.count) {  // one rank stores both
+    cache.copy_block_rows(from_block, to_block, num_rows);
+    return;
+  }
+  std::vector<std::byte> rows =
+      shard.stores(from_block)
+          ? cache.block_rows(from_block, num_rows)
+          : std::vector<std::byte>(static_cast<size_t>(cache.bytes_per_token() * num_rows));
+  comm.broadcast(rows, from_block % shard.count, -1);
+  if (shard.stores(to_block)) cache.set_block_rows(to_block, num_rows, rows);
+}
+
 }  // namespace dz::model

@@ -127,4 +127,11 @@ class ContextSplit {
   ForwardBatch local_;
 };
 
+// Copy-on-write in a cache sharded over the CP group `comm` (docs/parallel.md §9.4): the first
+// num_rows rows of block `from_block` into `to_block`. When one rank stores both it copies; else
+// the rank storing from_block broadcasts the rows and the one storing to_block keeps them. Every
+// rank of the group calls it, in the same order.
+void copy_block_rows_between_ranks(KvCache& cache, dist::Comm& comm, int32_t from_block,
+                                   int32_t to_block, int64_t num_rows);
+
 }  // namespace dz::model

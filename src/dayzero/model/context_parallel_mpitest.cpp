@@ -4,6 +4,7 @@
 //   rank's pieces) reaches every rank byte for byte, each rank's cache ends with every row of the
 //   blocks it stores, and each rank receives exactly the rows it did not give;
 // - rows asked for by full-step index come back from the rank that ran them;
+// - a copy between two ranks' blocks of a sharded cache moves the rows once, to the right place;
 // - a KDA block over pieces on different ranks gives the outputs, recurrent states and conv rows
 //   of the whole sequences in one process. Bounds as kda_test.cpp derives them for splits of one
 //   sequence: 1e-5 relative RMS on the FP32 states (only the grouping of FP32 sums differs: the
@@ -274,6 +275,65 @@ TEST_P(ContextParallel, KdaPiecesOnManyRanksEqualWholeSequences) {
     EXPECT_TRUE(std::equal(whole.conv_rows(slot), whole.conv_rows(slot) + whole.layout.conv_elems(),
                            parts.conv_rows(slot)))
         << "slot " << slot << " conv rows";
+  }
+}
+
+// Copy-on-write in a sharded cache: block 3's first rows into a block of another rank (4 at 2
+// ranks, 5 at 4: a broadcast) and into one of the same rank (3 + C: a local copy). Every row byte
+// is a function of the seed, its block, row and offset, so a wrong source, row or run shows.
+TEST(ContextParallelCache, CopiesBetweenRanksMoveTheRowsOnce) {
+  const uint32_t seed = shared_seed();
+  const int C = g_world->size(), r = g_world->rank();
+  const std::vector<LayerCacheSpec> layers = {
+      {.mla = {.latent_dim = 128, .rope_dim = 16, .dtype = kernels::KvCacheDtype::kFp8},
+       .index_key_dim = 32},
+      {.mla = {.latent_dim = 64, .rope_dim = 16, .dtype = kernels::KvCacheDtype::kBf16}}};
+  const int64_t num_blocks = 4 * C;
+  Result<KvCache> created =
+      KvCache::create(layers, num_blocks, kBlockSize, 0, {.count = C, .index = r});
+  ASSERT_TRUE(created.ok()) << created.status().to_string();
+  KvCache& cache = *created;
+  const int64_t per_row = cache.bytes_per_token();
+  // Block b's rows as block_rows() gives them: per pool run, the run's bytes.
+  const auto fill = [&](int32_t block) {
+    std::vector<std::byte> rows = cache.block_rows(block, kBlockSize);
+    for (size_t i = 0; i < rows.size(); ++i)
+      rows[i] = static_cast<std::byte>((seed + static_cast<uint32_t>(block) * 977 + i * 13) & 0xff);
+    cache.set_block_rows(block, kBlockSize, rows);
+    return rows;
+  };
+  std::vector<std::vector<std::byte>> want(static_cast<size_t>(num_blocks));
+  for (int32_t b = 0; b < num_blocks; ++b)
+    if (cache.shard().stores(b)) want[static_cast<size_t>(b)] = fill(b);
+  // The rows of block 3 as its rank holds them, for every rank to compare with.
+  std::vector<std::byte> source(static_cast<size_t>(kBlockSize * per_row));
+  if (cache.shard().stores(3)) source = cache.block_rows(3, kBlockSize);
+  g_world->broadcast(source, 3 % C, -1);
+  constexpr int64_t kRows = 5;
+  const int32_t other = 4 + (C == 4 ? 1 : 0), same = 3 + C;
+  g_world->stats().reset();
+  copy_block_rows_between_ranks(cache, *g_world, 3, other, kRows);
+  EXPECT_EQ(g_world->stats().total().bytes_received, r == 3 % C ? 0 : kRows * per_row);
+  copy_block_rows_between_ranks(cache, *g_world, 3, same, kRows);
+  // Expected in each destination: the first kRows rows of each pool run of block 3 (per layer the
+  // records, for layer 0 then the keys and the scales, each run kBlockSize rows long), the rest as
+  // filled.
+  for (int32_t to : {other, same}) {
+    if (!cache.shard().stores(to)) continue;
+    std::vector<std::byte> expected = want[static_cast<size_t>(to)];
+    size_t at = 0;
+    for (int64_t bytes : {cache.mla_layer(0).layout.record_bytes(), int64_t{32}, int64_t{4},
+                          cache.mla_layer(1).layout.record_bytes()}) {
+      std::copy_n(source.begin() + static_cast<std::ptrdiff_t>(at), kRows * bytes,
+                  expected.begin() + static_cast<std::ptrdiff_t>(at));
+      at += static_cast<size_t>(kBlockSize * bytes);
+    }
+    EXPECT_EQ(cache.block_rows(to, kBlockSize), expected) << "block " << to;
+  }
+  for (int32_t b = 0; b < num_blocks; ++b) {  // every other block untouched
+    if (cache.shard().stores(b) && b != other && b != same) {
+      EXPECT_EQ(cache.block_rows(b, kBlockSize), want[static_cast<size_t>(b)]) << "block " << b;
+    }
   }
 }
 

@@ -354,18 +354,11 @@ BlockShard HybridModel::cache_shard() const {
 
 void HybridModel::copy_block_rows(KvCache& cache, int32_t from_block, int32_t to_block,
                                   int64_t num_rows) {
-  const BlockShard& shard = cache.shard();
-  if (from_block % shard.count == to_block % shard.count) {  // one rank stores both
+  if (context_parallel()) {
+    copy_block_rows_between_ranks(cache, *parts_.cp_comm, from_block, to_block, num_rows);
+  } else {
     cache.copy_block_rows(from_block, to_block, num_rows);
-    return;
   }
-  // The rank storing from_block sends the rows; the one storing to_block keeps them.
-  std::vector<std::byte> rows =
-      shard.stores(from_block)
-          ? cache.block_rows(from_block, num_rows)
-          : std::vector<std::byte>(static_cast<size_t>(cache.bytes_per_token() * num_rows));
-  parts_.cp_comm->broadcast(rows, from_block % shard.count, -1);
-  if (shard.stores(to_block)) cache.set_block_rows(to_block, num_rows, rows);
 }
 
 Status HybridModel::forward_context_parallel(const ExecContext& ctx, const ForwardBatch& batch,

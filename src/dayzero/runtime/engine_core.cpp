@@ -217,6 +217,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CausalLm& model,
   model.cache_created(impl->cache);
   DZ_ASSIGN_OR_RETURN(cache::BlockPool blocks,
                       cache::BlockPool::create(num_blocks, config.block_size, reserve));
+  blocks.set_shard_count(model.cache_shard().count);
   // Cache edits go through the model, which repeats them on every rank of a plan.
   model::KvCache* kv = &impl->cache;
   std::optional<cache::StatePool> states;
