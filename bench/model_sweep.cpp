@@ -301,8 +301,15 @@ Result<std::vector<DecodeRow>> run_decode(BenchModel& m, const DecodeOptions& op
     // Positions: warm-up at L, timed steps at L + 1 … L + max_steps.
     const int64_t capacity = L + 1 + opt.max_steps;
     const int64_t blocks_per_seq = ceil_div(capacity, bs);
+    // Blocks of different sequences interleaved, so no sequence's records are contiguous; under
+    // context parallelism over C ranks entry b of a table is a block ≡ b (mod C), as the engine's
+    // pool hands them out (docs/parallel.md §9.4): C·(q + 1) + b % C with q = ⌊b/C⌋·B_max + s.
+    const int C = lm.cache_shard().count;
+    const auto block_id = [&](int64_t s, int64_t b) {
+      return static_cast<int32_t>(C * ((b / C) * max_batch + s + 1) + b % C);
+    };
     DZ_ASSIGN_OR_RETURN(model::KvCache cache,
-                        make_cache(specs, max_batch * blocks_per_seq + 1, bs,
+                        make_cache(specs, C * (ceil_div(blocks_per_seq, C) * max_batch + 2), bs,
                                    recurrent ? max_batch : 0, kMaxCacheBytes, lm.cache_shard()));
     lm.cache_created(cache);
     std::vector<std::vector<int32_t>> tables(static_cast<size_t>(max_batch));
@@ -310,9 +317,8 @@ Result<std::vector<DecodeRow>> run_decode(BenchModel& m, const DecodeOptions& op
     std::vector<int32_t> state_slots;
     Rng rng(mix_seed(opt.seed, 7, static_cast<uint64_t>(L), 0));
     for (int64_t s = 0; s < max_batch; ++s) {
-      // Blocks of different sequences interleaved, so no sequence's records are contiguous.
       for (int64_t b = 0; b < blocks_per_seq; ++b)
-        tables[static_cast<size_t>(s)].push_back(static_cast<int32_t>(1 + b * max_batch + s));
+        tables[static_cast<size_t>(s)].push_back(block_id(s, b));
       for (int64_t p = 0; p < capacity; ++p)
         tokens[static_cast<size_t>(s)].push_back(
             static_cast<int32_t>(rng.next() % static_cast<uint64_t>(vocab)));

@@ -6,8 +6,8 @@
 # every query's selection reaches keys the other ranks computed; DeepSeek's MTP head as well. Each
 # rank's cache stores only its share of the blocks. Full prefill, chunked prefill (pieces of each
 # chunk over the ranks, the earlier chunks gathered from the ranks storing them) and 148 decode steps
-# (rows run on every rank, each reading the keys of its own blocks: DCP) at CP 2 and TP 2 x CP 2,
-# full prefill also at CP 4 and in the contiguous layout.
+# (rows run on every rank, each reading the keys of its own blocks: DCP) at CP 2, TP 2 x CP 2 and
+# CP 4, full prefill also in the contiguous layout.
 # Then generate, and prefix-cache hits with state checkpoints, at CP 2; --cp with --ep is refused by
 # every rank. The KDA exchange itself is held to FP32 bounds by
 # model.context_parallel.np2/np4; this is the end-to-end check.
@@ -29,8 +29,8 @@ for model_vocab in "$work/deepseek_v32:512" "$work/kimi_linear:512" "$work/kimi_
     # shellcheck disable=SC2086
     "$dayzero" --log-level warn logits --model "$model" --token-ids "$ids" --threads 1 $path \
       --output "$work/one$run.npy" "${mtp[@]}"
-    plans=("2 --cp 2" "4 --tp 2 --cp 2")
-    [[ -z $path ]] && plans+=("4 --cp 4" "2 --cp 2 --cp-layout contiguous")
+    plans=("2 --cp 2" "4 --tp 2 --cp 2" "4 --cp 4")
+    [[ -z $path ]] && plans+=("2 --cp 2 --cp-layout contiguous")
     for plan in "${plans[@]}"; do
       # shellcheck disable=SC2086
       "${mpirun[@]}" -np "${plan%% *}" "$dayzero" logits --model "$model" --token-ids "$ids" \
