@@ -70,6 +70,11 @@ void add_engine_options(CLI::App& command, EngineArgs& args) {
                   "most prefill tokens of one long prompt per step; 0: max-num-batched-tokens / 2")
       ->check(integer_at_least(0))
       ->capture_default_str();
+  // Hidden: fault injection for the containment tests (docs/serving.md §5.4).
+  command
+      .add_option("--fault-nan-logits-seed", args.fault_nan_logits_seed,
+                  "one NaN in the logits of requests with this sampling seed")
+      ->group("");
 }
 
 Result<int64_t> parse_memory_size(const std::string& text, const char* flag) {
@@ -112,6 +117,7 @@ Result<runtime::EngineConfig> engine_config(const ModelArgs& model, const Engine
     DZ_ASSIGN_OR_RETURN(config.max_model_len, default_max_model_len(model.model_dir));
   }
   config.enable_prefix_caching = !e.no_prefix_caching;
+  config.nan_logits_seed = e.fault_nan_logits_seed;
   config.max_state_checkpoints = e.max_state_checkpoints;
   // Checkpoints sit at block boundaries: the interval is rounded up to a multiple of the block.
   config.state_checkpoint_interval =

@@ -3,6 +3,7 @@
 // spelled the same in both, and the EngineConfig they make.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -24,6 +25,7 @@ struct EngineArgs {
   int64_t max_state_checkpoints = -1;
   int64_t state_checkpoint_interval = 1024;  // rounded up to a multiple of the block size
   int64_t long_prefill_threshold = 0;
+  std::optional<uint64_t> fault_nan_logits_seed;  // a test hook (EngineConfig::nan_logits_seed)
 };
 
 // --max-num-seqs, --max-num-batched-tokens, --num-blocks, --kv-cache-memory, --max-model-len,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <utility>
@@ -410,6 +411,25 @@ int64_t push_rows(std::vector<int64_t>& rows, int64_t first_token, int64_t begin
 
 }  // namespace
 
+namespace {
+
+// kInternal naming the non-finite values of a request's logits row: a fault of the model or the
+// hardware, not of the request, and not of the other requests of the step.
+Status check_logits_row(const Request& r, std::span<const float> logits) {
+  int64_t nan = 0, inf = 0;
+  for (float x : logits) {
+    nan += std::isnan(x) ? 1 : 0;
+    inf += std::isinf(x) ? 1 : 0;
+  }
+  if (nan == 0 && inf == 0) return Status::ok_status();
+  return make_error(StatusCode::kInternal,
+                    "the model's logits for output token {} of this request are not finite ({} "
+                    "NaN, {} infinite of {}); the request is stopped, the others go on",
+                    r.num_output_tokens(), nan, inf, logits.size());
+}
+
+}  // namespace
+
 std::vector<RequestOutput> EngineCore::step() {
   Impl& m = *impl_;
   Scheduler& scheduler = *m.scheduler;
@@ -503,10 +523,18 @@ std::vector<RequestOutput> EngineCore::step() {
       c.out.new_prompt_logits.assign(first, first + static_cast<size_t>(c.num_prompt_rows) * vocab);
     }
     if (!c.sampled) continue;
-    const std::span<const float> logits(
-        m.logits.data() + static_cast<size_t>(c.first_row + c.num_prompt_rows) * vocab, vocab);
+    float* row = m.logits.data() + static_cast<size_t>(c.first_row + c.num_prompt_rows) * vocab;
+    if (config_.nan_logits_seed == r.sampler.params().seed)  // the test hook: one bad value
+      row[static_cast<size_t>(r.num_output_tokens()) % vocab] = std::nanf("");
+    const std::span<const float> logits(row, vocab);
     const auto num_output = static_cast<size_t>(r.num_output_tokens());
     const bool forced = num_output < r.forced_output_token_ids.size();
+    // A model fault that shows in one request's row fails that request alone.
+    if (const Status fault = check_logits_row(r, logits); !fault.ok()) {
+      c.out.finished = true;
+      c.out.error = fault;
+      continue;
+    }
     const SampleResult sample =
         forced ? SampleResult{.token = r.forced_output_token_ids[num_output],
                               .logprob = 0.0f,

@@ -1,5 +1,6 @@
 #include "dayzero/runtime/engine_core.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -187,6 +188,45 @@ TEST_P(EngineCoreTest, SampledTokensDependOnlyOnTheSeedNotOnTheBatch) {
     EXPECT_EQ(single[42].tokens, expected_tokens(requests[i].prompt_token_ids, requests[i].sampling,
                                                  12, hybrid(), {}, requests[i].choice_index));
   }
+}
+
+TEST_P(EngineCoreTest, NonFiniteLogitsFailTheirRequestAlone) {
+  // Requests 0–5 sampled with seeds 100–102; the hook puts one NaN into every logits row of the
+  // requests with seed 101. They fail at their first sample, naming it; the others give the
+  // tokens they give without the faulty ones, and nothing stays held.
+  std::mt19937_64 rng(23);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 6; ++i) {
+    GenerationRequest r = greedy(random_tokens(rng, 5 + static_cast<int64_t>(rng() % 30)), 10);
+    r.sampling.temperature = 0.8f;
+    r.sampling.seed = 100 + static_cast<uint64_t>(i % 3);
+    requests.push_back(r);
+  }
+  RecordingLm model(hybrid());
+  EngineConfig config = small_config();
+  config.nan_logits_seed = 101;
+  auto engine = make_engine(model, config);
+  for (size_t i = 0; i < requests.size(); ++i)
+    ASSERT_TRUE(engine->add_request(static_cast<int64_t>(i), requests[i]).ok());
+  auto results = run_to_end(*engine);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Collected& got = results[static_cast<int64_t>(i)];
+    EXPECT_TRUE(got.finished) << "request " << i;
+    if (requests[i].sampling.seed == 101) {
+      EXPECT_EQ(got.error.code(), StatusCode::kInternal) << "request " << i;
+      EXPECT_EQ(got.error.message(),
+                fmt::format("the model's logits for output token 0 of this request are not finite "
+                            "(1 NaN, 0 infinite of {}); the request is stopped, the others go on",
+                            kFakeVocab));
+      EXPECT_TRUE(got.tokens.empty());
+    } else {
+      EXPECT_TRUE(got.error.ok()) << got.error.to_string();
+      EXPECT_EQ(got.tokens, expected_tokens(requests[i].prompt_token_ids, requests[i].sampling, 10,
+                                            hybrid(), {}, requests[i].choice_index))
+          << "request " << i;
+    }
+  }
+  expect_nothing_held(*engine);
 }
 
 TEST_P(EngineCoreTest, ChoicesForkFromOnePrefillAndEqualIndependentRequests) {

@@ -40,6 +40,9 @@ struct EngineConfig {
   std::vector<int32_t> eos_token_ids;
   TokenBytesFn token_bytes;       // needed for text output and stop strings; may be empty
   bool check_invariants = false;  // cache invariants after every step (tests, debug builds)
+  // Fault injection for tests: one logit of every request sampled with this seed reads as NaN,
+  // which fails that request alone (docs/serving.md §5.4).
+  std::optional<uint64_t> nan_logits_seed;
 };
 
 struct GenerationRequest {
