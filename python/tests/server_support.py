@@ -14,38 +14,36 @@ from serve_process import ServeProcess
 
 
 # DZ_SERVE_TP=T (and DZ_SERVE_EP=E, DZ_SERVE_CP=C) runs every server of the suite as
-# `mpirun -np T*E*C dayzero serve --tp T --ep E --cp C` (one thread per rank): the server test suite
-# under tensor, expert and context parallelism (docs/parallel.md §7, §9).
+# `dayzero serve --tp T --ep E --cp C`, whose frontend starts `mpirun -np T*E*C` workers (one
+# thread per rank): the server test suite under tensor, expert and context parallelism
+# (docs/parallel.md §7, §9).
 SERVE_TP = int(os.environ.get("DZ_SERVE_TP", "1"))
 SERVE_EP = int(os.environ.get("DZ_SERVE_EP", "1"))
 SERVE_CP = int(os.environ.get("DZ_SERVE_CP", "1"))
 SERVE_RANKS = SERVE_TP * SERVE_EP * SERVE_CP
 MPIRUN = ("mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader")
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
 
 class ServerProcess(ServeProcess):
     """`dayzero serve --model DIR --port 0 --threads 1 ...` with its log in a temporary file."""
 
-    def __init__(self, model_dir, *flags, ready_timeout=60.0):
+    def __init__(self, model_dir, *flags, ready_timeout=60.0, env=None):
+        """model_dir None: the default (demo) model."""
         log_fd, log_path = tempfile.mkstemp(prefix="dz-serve-", suffix=".log")
         os.close(log_fd)
-        launch, plan, env = [], [], None
+        plan = []
         if SERVE_RANKS > 1:
-            launch = [*MPIRUN, "-np", str(SERVE_RANKS)]
-            plan = ["--tp", str(SERVE_TP), "--ep", str(SERVE_EP), "--cp", str(SERVE_CP)]
-            env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                       OMPI_MCA_rmaps_base_oversubscribe="1")
-        super().__init__([*launch, DAYZERO, "serve", "--model", model_dir, "--port", "0",
-                          "--threads", "1", *plan, *flags], log_path, ready_timeout, env=env)
+            # The frontend starts the ranks itself (docs/serving.md §5.10).
+            plan = ["--tp", str(SERVE_TP), "--ep", str(SERVE_EP), "--cp", str(SERVE_CP),
+                    "--mpirun-args", " ".join(MPIRUN[1:])]
+            env = dict(env or os.environ, **MPI_ENV)
+        model = [] if model_dir is None else ["--model", model_dir]
+        super().__init__([DAYZERO, "serve", *model, "--port", "0", "--threads", "1", *plan,
+                          *flags], log_path, ready_timeout, env=env)
 
     def stop(self, timeout=10.0):
-        if SERVE_RANKS > 1 and self.proc.poll() is None:
-            # mpirun ends every rank at once on SIGTERM; rank 0 drains and then stops the others.
-            os.kill(rank0_pid(self.proc.pid), signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass  # the SIGTERM of super().stop() ends it
         code = super().stop(timeout)
         if code != 0:
             print(f"dayzero serve exited with {code}; its log ends:\n{self.log_text()[-3000:]}")

@@ -2,12 +2,18 @@
 // Each subcommand of `dayzero` adds itself to the CLI11 app and returns the function that runs it.
 
 #include <functional>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 namespace dz::cli {
 
 using RunCommand = std::function<int()>;
+
+// The process's command line as main() received it (`serve` starts its workers with it).
+void set_command_line(int argc, char** argv);
+const std::vector<std::string>& command_line();
 
 // `dayzero inspect DIR`: architecture, layer schedule, parameters and bytes by component and dtype.
 RunCommand add_inspect_command(CLI::App& app);

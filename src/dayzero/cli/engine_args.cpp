@@ -75,6 +75,10 @@ void add_engine_options(CLI::App& command, EngineArgs& args) {
       .add_option("--fault-nan-logits-seed", args.fault_nan_logits_seed,
                   "one NaN in the logits of requests with this sampling seed")
       ->group("");
+  command
+      .add_option("--fault-crash-seed", args.fault_crash_seed,
+                  "abort the process when sampling for a request with this seed")
+      ->group("");
 }
 
 Result<int64_t> parse_memory_size(const std::string& text, const char* flag) {
@@ -118,6 +122,7 @@ Result<runtime::EngineConfig> engine_config(const ModelArgs& model, const Engine
   }
   config.enable_prefix_caching = !e.no_prefix_caching;
   config.nan_logits_seed = e.fault_nan_logits_seed;
+  config.crash_seed = e.fault_crash_seed;
   config.max_state_checkpoints = e.max_state_checkpoints;
   // Checkpoints sit at block boundaries: the interval is rounded up to a multiple of the block.
   config.state_checkpoint_interval =

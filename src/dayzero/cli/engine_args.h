@@ -26,6 +26,7 @@ struct EngineArgs {
   int64_t state_checkpoint_interval = 1024;  // rounded up to a multiple of the block size
   int64_t long_prefill_threshold = 0;
   std::optional<uint64_t> fault_nan_logits_seed;  // a test hook (EngineConfig::nan_logits_seed)
+  std::optional<uint64_t> fault_crash_seed;       // a test hook (EngineConfig::crash_seed)
 };
 
 // --max-num-seqs, --max-num-batched-tokens, --num-blocks, --kv-cache-memory, --max-model-len,

@@ -12,6 +12,23 @@
 #include "dayzero/kernels/cpu_features.h"
 #include "dayzero/kernels/kernel_paths.h"
 
+namespace dz::cli {
+namespace {
+std::vector<std::string>& stored_command_line() {
+  static std::vector<std::string> args;
+  return args;
+}
+}  // namespace
+
+void set_command_line(int argc, char** argv) {
+  stored_command_line().assign(argv, argv + argc);
+}
+
+const std::vector<std::string>& command_line() {
+  return stored_command_line();
+}
+}  // namespace dz::cli
+
 int main(int argc, char** argv) {
   CLI::App app{
       "dayzero: an inference engine for sparse, hybrid Mixture-of-Experts language models "
@@ -48,6 +65,7 @@ int main(int argc, char** argv) {
   add(dz::cli::add_serve_command);
   add(dz::cli::add_chat_template_command);
 
+  dz::cli::set_command_line(argc, argv);
   CLI11_PARSE(app, argc, argv);
   dz::init_logging(log_level);
   // A bad DZ_CPU_ISA is a usage error here, before any kernel runs (cpu_features.h).

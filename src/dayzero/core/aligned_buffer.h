@@ -1,5 +1,7 @@
 #pragma once
-// Owned, 64-byte aligned memory (one cache line, one AVX-512 register). Move-only.
+// Owned, 64-byte aligned memory (one cache line, one AVX-512 register). Move-only. Buffers of
+// kMappedBufferBytes or more are anonymous mappings, zero without being written: a 1 GiB KV cache
+// costs nothing until its pages are used (a server, or a restarted worker, is ready at once).
 
 #include <cstddef>
 #include <cstdint>
@@ -8,6 +10,7 @@
 namespace dz {
 
 inline constexpr size_t kBufferAlignment = 64;
+inline constexpr size_t kMappedBufferBytes = size_t{1} << 20;
 
 class AlignedBuffer {
  public:
@@ -30,8 +33,11 @@ class AlignedBuffer {
   }
 
  private:
+  void release();
+
   std::byte* data_ = nullptr;
   size_t size_bytes_ = 0;
+  size_t mapped_bytes_ = 0;  // > 0: data_ is a mapping of this length
 };
 
 }  // namespace dz

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "dayzero/core/aligned_buffer.h"
 #include "dayzero/core/arena.h"
 #include "dayzero/core/dtype.h"
 #include "dayzero/core/mapped_file.h"
@@ -66,6 +67,28 @@ TEST(Tensor, CopyIsDeep) {
   original.data_as<int32_t>()[0] = -1;
   EXPECT_EQ(copy.data_as<int32_t>()[0], 7);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(copy.data()) % kBufferAlignment, 0u);
+}
+
+TEST(AlignedBuffer, SmallAndMappedBuffersAreZeroAlignedWritableAndMovable) {
+  for (const size_t size : {size_t{2}, size_t{4096}, kMappedBufferBytes - 1, kMappedBufferBytes,
+                            (size_t{3} << 20) + 5}) {
+    AlignedBuffer a(size);
+    ASSERT_EQ(a.size_bytes(), size);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % kBufferAlignment, 0u);
+    size_t nonzero = 0;
+    for (std::byte b : a.bytes()) nonzero += b != std::byte{0} ? 1 : 0;
+    EXPECT_EQ(nonzero, 0u) << size;
+    a.data()[0] = std::byte{7};
+    a.data()[size - 1] = std::byte{9};
+    AlignedBuffer b = std::move(a);
+    EXPECT_EQ(a.data(), nullptr);
+    EXPECT_EQ(b.data()[0], std::byte{7});
+    EXPECT_EQ(b.data()[size - 1], std::byte{9});
+    AlignedBuffer c(16);
+    c = std::move(b);  // frees c's own buffer, takes b's
+    EXPECT_EQ(c.size_bytes(), size);
+    EXPECT_EQ(c.data()[size - 1], std::byte{9});
+  }
 }
 
 TEST(Arena, AlignsResetsAndTracksPeak) {

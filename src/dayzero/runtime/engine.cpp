@@ -108,6 +108,11 @@ EngineMetrics Engine::metrics() const {
   return metrics_;
 }
 
+std::optional<std::chrono::steady_clock::time_point> Engine::step_started() const {
+  std::lock_guard lock(mutex_);
+  return step_started_;
+}
+
 RequestOutput Engine::aborted_output(int64_t request_id, const RequestOutput* last) {
   RequestOutput output;
   output.request_id = request_id;
@@ -206,7 +211,13 @@ void Engine::loop() {
     departed.clear();
 
     std::vector<RequestOutput> outputs;
-    if (core_->has_unfinished_requests()) outputs = core_->step();
+    if (core_->has_unfinished_requests()) {
+      {
+        std::lock_guard lock(mutex_);
+        step_started_ = std::chrono::steady_clock::now();
+      }
+      outputs = core_->step();
+    }
     // The snapshot goes out before the outputs, so a reader who saw its final output also sees
     // the metrics of that step.
     EngineMetrics metrics = core_->metrics();
@@ -216,8 +227,10 @@ void Engine::loop() {
       metrics_ = metrics;
       num_core_waiting_ = metrics.num_waiting;
       core_busy_ = busy;
+      step_started_.reset();
     }
     deliver(outputs);
+    if (!outputs.empty() && core_->config().on_outputs) core_->config().on_outputs();
   }
 
   // Shutting down: everything outstanding ends aborted.

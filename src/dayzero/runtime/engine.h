@@ -51,7 +51,22 @@ class RequestStream {
   bool final_taken_ = false;
 };
 
-class Engine {
+// What the server needs of an engine: the in-process Engine below, or a supervisor that runs one
+// in a worker process group and moves requests to a new group when the old one dies
+// (serve/worker/worker_supervisor.h).
+class EngineClient {
+ public:
+  virtual ~EngineClient() = default;
+  // As Engine::submit_choices (n = 1: one stream).
+  virtual Result<std::vector<std::shared_ptr<RequestStream>>> submit_choices(
+      GenerationRequest request, int32_t n) = 0;
+  virtual void cancel(int64_t request_id) = 0;
+  virtual EngineMetrics metrics() const = 0;
+  // False while the engine cannot take requests (a worker group restarting).
+  virtual bool healthy() const { return true; }
+};
+
+class Engine final : public EngineClient {
  public:
   // Creates the EngineCore (errors as EngineCore::create) and starts the loop thread. model must
   // outlive the engine.
@@ -72,13 +87,16 @@ class Engine {
   // computed once and the choices fork from it (EngineCore::add_choices). Refused as submit, the
   // queue bound counting every choice.
   Result<std::vector<std::shared_ptr<RequestStream>>> submit_choices(GenerationRequest request,
-                                                                     int32_t n);
+                                                                     int32_t n) override;
   // Cancels a waiting or running request between steps; its stream then ends with aborted = true.
   // Unknown and finished ids are ignored.
-  void cancel(int64_t request_id);
+  void cancel(int64_t request_id) override;
 
   // The core's metrics as of the end of the last step.
-  EngineMetrics metrics() const;
+  EngineMetrics metrics() const override;
+  // When the step running now began; nullopt between steps (a worker's heartbeat reports it, so
+  // that a long prefill is not taken for a hang).
+  std::optional<std::chrono::steady_clock::time_point> step_started() const;
   const EngineConfig& config() const { return core_->config(); }
 
  private:
@@ -118,6 +136,7 @@ class Engine {
   bool core_busy_ = false;  // the core has unfinished requests
   bool stop_ = false;
   EngineMetrics metrics_;
+  std::optional<std::chrono::steady_clock::time_point> step_started_;
 
   std::thread thread_;  // last: started once everything above exists
 };

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <utility>
@@ -273,6 +275,23 @@ Status EngineCore::validate_request(const GenerationRequest& request) const {
     return make_error(StatusCode::kInvalidArgument,
                       "max_tokens: a prompt of {} tokens + max_tokens {} exceeds max_model_len {}",
                       num_prompt, request.max_tokens, config_.max_model_len);
+  const auto num_resumed = static_cast<int64_t>(request.resumed_output_token_ids.size());
+  if (num_resumed >= request.max_tokens)
+    return make_error(StatusCode::kInvalidArgument,
+                      "resumed_output_token_ids: {} tokens leave nothing of max_tokens {}",
+                      num_resumed, request.max_tokens);
+  for (size_t i = 0; i < request.resumed_output_token_ids.size(); ++i) {
+    const int32_t id = request.resumed_output_token_ids[i];
+    if (id < 0 || id >= impl_->vocab_size)
+      return make_error(StatusCode::kInvalidArgument,
+                        "resumed_output_token_ids[{}]: token {} is outside the vocabulary [0, {})",
+                        i, id, impl_->vocab_size);
+  }
+  if (num_resumed > 0 && (request.return_logits || request.return_prompt_logits ||
+                          request.return_mtp_logits || !request.forced_output_token_ids.empty()))
+    return make_error(StatusCode::kInvalidArgument,
+                      "resumed_output_token_ids: a resumed request cannot return logits or force "
+                      "tokens");
   if (static_cast<int64_t>(request.forced_output_token_ids.size()) > request.max_tokens)
     return make_error(StatusCode::kInvalidArgument,
                       "forced_output_token_ids: {} tokens exceed max_tokens {}",
@@ -301,23 +320,41 @@ Status EngineCore::validate_request(const GenerationRequest& request) const {
   // A request the cache can never hold would wait forever: its prompt must fit beside the reserve
   // and its whole context in the pool.
   const int64_t usable = impl_->num_blocks - 1;
-  const int64_t prompt_blocks = ceil_div(num_prompt, config_.block_size);
+  const int64_t prompt_blocks = ceil_div(num_prompt + num_resumed, config_.block_size);
   const int64_t context_blocks = ceil_div(num_prompt + request.max_tokens - 1, config_.block_size);
   if (prompt_blocks > usable - impl_->reserve_blocks || context_blocks > usable)
     return make_error(StatusCode::kInvalidArgument,
                       "max_tokens: {} prompt + {} new tokens need {} KV blocks of {} ({} for the "
                       "prompt); the cache has {}, {} of them reserved",
-                      num_prompt, request.max_tokens, context_blocks, config_.block_size,
+                      num_prompt + num_resumed, request.max_tokens, context_blocks,
+                      config_.block_size,
                       prompt_blocks, usable, impl_->reserve_blocks);
   return Status::ok_status();
 }
+
+namespace {
+
+// A request made of its GenerationRequest, its resumed output (if any) run through the text
+// stream as if generated here: the UTF-8 and stop-string state continue where the earlier worker
+// left them, and nothing of it is shown again.
+std::unique_ptr<Request> make_request(int64_t request_id, GenerationRequest request,
+                                      const EngineConfig& config) {
+  auto r = std::make_unique<Request>(request_id, std::move(request), config.eos_token_ids);
+  if (config.token_bytes)
+    for (const int32_t token : r->output())
+      if (const std::optional<std::string> bytes = config.token_bytes(token))
+        static_cast<void>(r->stop_matcher.push(r->utf8.push(*bytes)));
+  return r;
+}
+
+}  // namespace
 
 Status EngineCore::add_request(int64_t request_id, GenerationRequest request) {
   DZ_RETURN_IF_ERROR(validate_request(request));
   Scheduler& scheduler = *impl_->scheduler;
   if (scheduler.find(request_id) != nullptr)
     return make_error(StatusCode::kAlreadyExists, "request id {} is already in use", request_id);
-  scheduler.add(std::make_unique<Request>(request_id, std::move(request), config_.eos_token_ids));
+  scheduler.add(make_request(request_id, std::move(request), config_));
   return Status::ok_status();
 }
 
@@ -326,10 +363,10 @@ Status EngineCore::add_choices(std::span<const int64_t> request_ids, GenerationR
     return make_error(StatusCode::kInvalidArgument, "add_choices: no request ids");
   DZ_RETURN_IF_ERROR(validate_request(request));
   if (request.return_prompt_logits || request.return_mtp_logits ||
-      !request.forced_output_token_ids.empty())
+      !request.forced_output_token_ids.empty() || !request.resumed_output_token_ids.empty())
     return make_error(StatusCode::kInvalidArgument,
-                      "add_choices: scoring options (prompt or MTP logits, forced tokens) are "
-                      "for one choice");
+                      "add_choices: scoring options (prompt or MTP logits, forced tokens) and "
+                      "resumed output are for one choice");
   Scheduler& scheduler = *impl_->scheduler;
   for (size_t c = 0; c < request_ids.size(); ++c) {
     if (scheduler.find(request_ids[c]) != nullptr ||
@@ -526,6 +563,11 @@ std::vector<RequestOutput> EngineCore::step() {
     float* row = m.logits.data() + static_cast<size_t>(c.first_row + c.num_prompt_rows) * vocab;
     if (config_.nan_logits_seed == r.sampler.params().seed)  // the test hook: one bad value
       row[static_cast<size_t>(r.num_output_tokens()) % vocab] = std::nanf("");
+    if (config_.crash_seed == r.sampler.params().seed) {  // the test hook: a crashing request
+      std::fprintf(stderr, "dayzero: --fault-crash-seed %llu: aborting\n",
+                   static_cast<unsigned long long>(*config_.crash_seed));
+      std::abort();
+    }
     const std::span<const float> logits(row, vocab);
     const auto num_output = static_cast<size_t>(r.num_output_tokens());
     const bool forced = num_output < r.forced_output_token_ids.size();

@@ -229,6 +229,101 @@ TEST_P(EngineCoreTest, NonFiniteLogitsFailTheirRequestAlone) {
   expect_nothing_held(*engine);
 }
 
+// Every output of every request, in order, stepping until nothing is left.
+std::map<int64_t, std::vector<RequestOutput>> all_outputs(EngineCore& engine) {
+  std::map<int64_t, std::vector<RequestOutput>> outputs;
+  for (int64_t i = 0; engine.has_unfinished_requests() && i < 100000; ++i)
+    for (RequestOutput& out : engine.step()) outputs[out.request_id].push_back(std::move(out));
+  return outputs;
+}
+
+TEST_P(EngineCoreTest, ResumedRequestsContinueAsIfNeverMoved) {
+  // A request moved to a new worker after k tokens (resumed_output_token_ids = its first k)
+  // continues with the tokens, text and finish of the undisturbed run: the sampler's position,
+  // penalties and min_tokens count the resumed tokens, and the UTF-8 and stop-string state pick up
+  // where they were (a two-byte character split over tokens; a stop string). Seed printed below.
+  const uint64_t seed = 1234 + (hybrid() ? 1 : 0);
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  EngineConfig config = small_config();
+  // Token t is a letter; every fifth token is the first byte of "é", which the next token ends.
+  config.token_bytes = [](int32_t t) -> std::optional<std::string> {
+    if (t % 5 == 0) return std::string("\xc3");
+    return std::string(1, static_cast<char>('a' + t % 26));
+  };
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 6; ++i) {
+    GenerationRequest r = greedy(random_tokens(rng, 4 + static_cast<int64_t>(rng() % 40)), 16);
+    r.sampling.temperature = 0.9f;
+    r.sampling.seed = 500 + static_cast<uint64_t>(i);
+    r.sampling.presence_penalty = 0.5f;
+    r.sampling.frequency_penalty = 0.3f;
+    r.sampling.repetition_penalty = 1.1f;
+    r.sampling.min_tokens = 6;
+    r.choice_index = static_cast<uint32_t>(i % 2);
+    requests.push_back(r);
+  }
+  RecordingLm model(hybrid());
+  auto engine = make_engine(model, config);
+  for (size_t i = 0; i < requests.size(); ++i)
+    ASSERT_TRUE(engine->add_request(static_cast<int64_t>(i), requests[i]).ok());
+  auto undisturbed = all_outputs(*engine);
+  // A stop string from the middle of request 0's text ends it early in both runs.
+  std::string text0;
+  for (const RequestOutput& out : undisturbed[0]) text0 += out.new_text;
+  size_t at = 8;
+  auto letter = [&](size_t j) { return j < text0.size() && text0[j] >= 'a' && text0[j] <= 'z'; };
+  while (at < text0.size() && !(letter(at) && letter(at + 1))) ++at;
+  ASSERT_LT(at + 1, text0.size()) << text0;
+  requests[0].sampling.stop = {text0.substr(at, 2)};
+  auto engine_stop = make_engine(model, config);
+  ASSERT_TRUE(engine_stop->add_request(0, requests[0]).ok());
+  undisturbed[0] = all_outputs(*engine_stop)[0];
+
+  for (size_t i = 0; i < requests.size(); ++i) {
+    std::vector<int32_t> tokens;
+    std::vector<std::string> text_after;  // the text shown after each token
+    std::string text;
+    for (const RequestOutput& out : undisturbed[static_cast<int64_t>(i)]) {
+      tokens.insert(tokens.end(), out.new_token_ids.begin(), out.new_token_ids.end());
+      text += out.new_text;
+      if (!out.new_token_ids.empty()) text_after.push_back(text);
+    }
+    ASSERT_GE(tokens.size(), 4u) << "request " << i;
+    const FinishReason reason = undisturbed[static_cast<int64_t>(i)].back().finish_reason;
+    for (const size_t k : {size_t{1}, tokens.size() / 2, tokens.size() - 1}) {
+      GenerationRequest resumed = requests[i];
+      resumed.resumed_output_token_ids.assign(tokens.begin(),
+                                              tokens.begin() + static_cast<std::ptrdiff_t>(k));
+      RecordingLm fresh_model(hybrid());
+      auto fresh = make_engine(fresh_model, config);
+      ASSERT_TRUE(fresh->add_request(7, resumed).ok());
+      std::vector<int32_t> rest;
+      std::string rest_text;
+      auto outputs = all_outputs(*fresh);
+      for (const RequestOutput& out : outputs[7]) {
+        EXPECT_TRUE(out.error.ok()) << out.error.to_string();
+        rest.insert(rest.end(), out.new_token_ids.begin(), out.new_token_ids.end());
+        rest_text += out.new_text;
+        EXPECT_EQ(out.num_prompt_tokens, static_cast<int64_t>(requests[i].prompt_token_ids.size()));
+        EXPECT_EQ(out.num_output_tokens, static_cast<int64_t>(k + rest.size()));
+        if (out.finished) {
+          EXPECT_EQ(out.finish_reason, reason) << "request " << i << " k " << k;
+        }
+      }
+      EXPECT_EQ(rest, std::vector<int32_t>(tokens.begin() + static_cast<std::ptrdiff_t>(k),
+                                           tokens.end()))
+          << "request " << i << " resumed after " << k;
+      EXPECT_EQ(text_after[k - 1] + rest_text, text) << "request " << i << " resumed after " << k;
+      expect_nothing_held(*fresh);
+    }
+  }
+  // Resumed output must leave room for one more token.
+  GenerationRequest full = requests[1];
+  full.resumed_output_token_ids.assign(16, 1);
+  EXPECT_EQ(engine->add_request(99, full).code(), StatusCode::kInvalidArgument);
+}
+
 TEST_P(EngineCoreTest, ChoicesForkFromOnePrefillAndEqualIndependentRequests) {
   std::mt19937_64 rng(21);
   // Prompt lengths on and off a block boundary (8), one longer than a step's budget.

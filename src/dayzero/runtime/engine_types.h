@@ -43,6 +43,12 @@ struct EngineConfig {
   // Fault injection for tests: one logit of every request sampled with this seed reads as NaN,
   // which fails that request alone (docs/serving.md §5.4).
   std::optional<uint64_t> nan_logits_seed;
+  // Fault injection for tests: the process aborts when it is about to sample for a request with
+  // this seed (a worker crash that a request causes, docs/serving.md §5.10).
+  std::optional<uint64_t> crash_seed;
+  // Engine only: called on the loop thread after a step's outputs reached their streams (a worker
+  // process forwards them then).
+  std::function<void()> on_outputs;
 };
 
 struct GenerationRequest {
@@ -64,6 +70,11 @@ struct GenerationRequest {
   // token), predicting token t + 2. Needs a model with an MTP head and prefix caching off (the
   // head's cache records exist only for positions this request computed).
   bool return_mtp_logits = false;
+  // Migration to a new worker (docs/serving.md §5.10): the tokens this request generated before.
+  // They are recomputed as a prefix after the prompt and count as output: toward max_tokens,
+  // min_tokens and the penalties, as the sampler's position, and for stop strings; no output
+  // repeats them. Fewer than max_tokens; not with forced tokens or logits outputs.
+  std::vector<int32_t> resumed_output_token_ids;
 };
 
 // One delta of a request's stream. The concatenation of every delta's new_token_ids is the
@@ -110,6 +121,10 @@ struct EngineMetrics {
   // A multi-rank model's traffic so far (rank 0's, by layer and collective; the step
   // descriptions under dist::kStepLayer); empty in one process.
   std::map<dist::CommKey, dist::CommCounts> comm;
+  // Set by a worker supervisor (0 in process): worker groups restarted after a failure, and
+  // requests moved to a new group.
+  int64_t worker_restarts = 0;
+  int64_t requests_migrated = 0;
 };
 
 }  // namespace dz::runtime

@@ -37,7 +37,10 @@ struct Request {
         return_mtp_logits(request.return_mtp_logits),
         forced_output_token_ids(std::move(request.forced_output_token_ids)),
         sampler(request.sampling, eos_token_ids, request.choice_index),
-        stop_matcher(request.sampling.stop, request.sampling.include_stop_str_in_output) {}
+        stop_matcher(request.sampling.stop, request.sampling.include_stop_str_in_output) {
+    tokens.insert(tokens.end(), request.resumed_output_token_ids.begin(),
+                  request.resumed_output_token_ids.end());
+  }
 
   int64_t id = 0;
   std::vector<int32_t> tokens;  // prompt + output

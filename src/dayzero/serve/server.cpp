@@ -74,6 +74,7 @@ struct Server::State {
   http::ServerMetrics metrics;
   std::unique_ptr<http::ServingModel> model;
   std::atomic<bool> stopping{false};
+  std::atomic<bool> draining{false};
   std::atomic<bool> running{false};
   std::atomic<bool> listen_done{false};
   HandlerContext context;
@@ -177,6 +178,11 @@ Server::Server(ServerConfig config)
           send_error(response, ApiError::unauthorized());
           return httplib::Server::HandlerResponse::Handled;
         }
+        if (st.draining.load() && (request.path == "/v1/completions" ||
+                                   request.path == "/v1/chat/completions")) {
+          send_error(response, ApiError::service_unavailable("The server is shutting down."));
+          return httplib::Server::HandlerResponse::Handled;
+        }
         if (is_protected(request.path) && request.path != "/v1/models" && !ready()) {
           send_error(response, ApiError::service_unavailable("The model is still loading."));
           return httplib::Server::HandlerResponse::Handled;
@@ -220,8 +226,14 @@ Server::Server(ServerConfig config)
       });
 
   http_->Get("/health", [this](const httplib::Request&, httplib::Response& response) {
-    if (ready()) return send_json(response, "{}");
-    send_error(response, ApiError::service_unavailable("The model is still loading."));
+    if (!ready())
+      return send_error(response, ApiError::service_unavailable("The model is still loading."));
+    if (state_->draining.load())
+      return send_error(response, ApiError::service_unavailable("The server is shutting down."));
+    if (!state_->model->engine->healthy())
+      return send_error(response,
+                        ApiError::service_unavailable("The worker group is restarting."));
+    send_json(response, "{}");
   });
   http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& response) {
     static const int64_t created = static_cast<int64_t>(std::time(nullptr));
@@ -255,6 +267,7 @@ Server::Server(ServerConfig config)
 Server::~Server() {
   stop();
   if (loader_.joinable()) loader_.join();
+  if (drainer_.joinable()) drainer_.join();
 }
 
 const std::string& Server::model_name() const {
@@ -275,7 +288,8 @@ Status Server::bind() {
 
 void Server::load() {
   const auto start = std::chrono::steady_clock::now();
-  Result<std::unique_ptr<http::ServingModel>> model = http::load_serving_model(state_->config);
+  Result<std::unique_ptr<http::ServingModel>> model =
+      http::load_serving_model(state_->config, [this](const Status& status) { fail(status); });
   if (!model.ok()) {
     {
       std::lock_guard lock(load_mutex_);
@@ -304,6 +318,33 @@ Status Server::run() {
   state_->model.reset();
   std::lock_guard lock(load_mutex_);
   return load_status_;
+}
+
+void Server::fail(const Status& status) {
+  {
+    std::lock_guard lock(load_mutex_);
+    load_status_ = status;
+  }
+  stop();
+}
+
+void Server::drain(double timeout_s) {
+  if (state_->draining.exchange(true)) return stop();  // asked twice: at once
+  spdlog::info("draining: new requests get 503; {} running may finish within {:.0f} s",
+               state_->metrics.open_runs(), timeout_s);
+  std::lock_guard lock(load_mutex_);
+  drainer_ = std::thread([this, timeout_s] {
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(timeout_s));
+    while (state_->metrics.open_runs() > 0 && std::chrono::steady_clock::now() < deadline &&
+           !state_->stopping.load())
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (state_->metrics.open_runs() > 0)
+      spdlog::warn("drain timeout: {} requests still running are aborted",
+                   state_->metrics.open_runs());
+    stop();
+  });
 }
 
 void Server::stop() {

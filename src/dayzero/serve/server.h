@@ -17,6 +17,7 @@
 #include "dayzero/core/parallel.h"
 #include "dayzero/core/status.h"
 #include "dayzero/model/causal_lm.h"
+#include "dayzero/runtime/engine.h"
 #include "dayzero/runtime/engine_types.h"
 #include "dayzero/serve/openai/sampling_fields.h"
 
@@ -42,6 +43,12 @@ struct ServerConfig {
   ExecContext exec;
   // Loads the checkpoint (on the loading thread).
   std::function<Result<std::unique_ptr<model::CausalLm>>()> load_model;
+  // Supervised serving (docs/serving.md §5.10): starts the worker group instead of loading the model
+  // here (load_model is then unused); it calls on_fatal when it gives up, which stops the server
+  // with that error.
+  std::function<Result<std::unique_ptr<runtime::EngineClient>>(
+      std::function<void(const Status&)> on_fatal)>
+      start_workers;
 };
 
 class Server {
@@ -60,6 +67,9 @@ class Server {
   Status run();
   // Thread-safe; makes run() return. Requests in flight are cancelled.
   void stop();
+  // Thread-safe graceful stop: from now on new generation requests get 503 and /health 503; the
+  // running ones may finish for up to timeout_s, then stop(). Returns at once (a thread waits).
+  void drain(double timeout_s);
 
   bool ready() const { return ready_.load(std::memory_order_acquire); }
   const std::string& model_name() const;
@@ -67,12 +77,15 @@ class Server {
  private:
   struct State;
   void load();
+  // Stops the server with `status` as run()'s result (a supervised engine that gave up).
+  void fail(const Status& status);
 
   std::unique_ptr<State> state_;
   std::unique_ptr<httplib::Server> http_;
   int port_ = 0;
   std::atomic<bool> ready_{false};
   std::thread loader_;
+  std::thread drainer_;
   std::mutex load_mutex_;
   Status load_status_;
 };

@@ -20,6 +20,7 @@ GenerationRun::~GenerationRun() {
     model_.engine->cancel(choice.stream->id());
     metrics_.on_cancelled();
   }
+  metrics_.on_run_closed();
 }
 
 std::optional<ApiError> GenerationRun::submit(const std::vector<PromptInput>& prompts,

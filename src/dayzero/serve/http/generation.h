@@ -46,7 +46,9 @@ struct ChoiceEvent {
 
 class GenerationRun {
  public:
-  GenerationRun(ServingModel& model, ServerMetrics& metrics) : model_(model), metrics_(metrics) {}
+  GenerationRun(ServingModel& model, ServerMetrics& metrics) : model_(model), metrics_(metrics) {
+    metrics_.on_run_opened();
+  }
   // Cancels every unfinished choice (counted in requests_cancelled_total).
   ~GenerationRun();
   GenerationRun(const GenerationRun&) = delete;

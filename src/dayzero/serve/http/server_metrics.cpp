@@ -79,6 +79,13 @@ void ServerMetrics::update_engine(const runtime::EngineMetrics& m) {
       .counter("prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
                l)
       .advance_to(static_cast<double>(m.prefix_hit_tokens));
+  // Supervised serving (docs/serving.md §5.10).
+  registry_.counter("worker_restarts_total", "Worker groups restarted after a failure.", l)
+      .advance_to(static_cast<double>(m.worker_restarts));
+  registry_
+      .counter("requests_migrated_total",
+               "Unfinished requests re-submitted to a restarted worker group.", l)
+      .advance_to(static_cast<double>(m.requests_migrated));
   // Multi-rank traffic (docs/parallel.md §2): rank 0's bytes by layer and collective.
   for (const auto& [key, counts] : m.comm) {
     MetricLabels lk = l;

@@ -5,6 +5,7 @@
 // Queue, prefill and decode times split each request at the engine's first-scheduled time
 // (RequestOutput::first_scheduled) and its first token, as vLLM's do.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -49,6 +50,10 @@ class ServerMetrics {
   // reason: "queue_full", "invalid_request", "unauthorized", "too_large", "context_length"...
   void on_rejected(std::string_view reason);
   void on_cancelled();
+  // Generation requests between submit and their response's end (a graceful drain waits for 0).
+  void on_run_opened() { open_runs_.fetch_add(1); }
+  void on_run_closed() { open_runs_.fetch_sub(1); }
+  int64_t open_runs() const { return open_runs_.load(); }
 
   // Retry-After for a full queue: ceil(waiting / completions per second over the last minute),
   // clamped to [1, 60] s (docs/serving.md §2.3).
@@ -66,6 +71,7 @@ class ServerMetrics {
   std::string model_name_;
   std::vector<double> token_buckets_;
   Clock::time_point start_;
+  std::atomic<int64_t> open_runs_{0};
   std::mutex completions_mutex_;
   std::deque<Clock::time_point> recent_completions_;
 };

@@ -23,7 +23,8 @@ nlohmann::ordered_json to_ordered(const nlohmann::json& value) {
 
 }  // namespace
 
-Result<std::unique_ptr<ServingModel>> load_serving_model(const ServerConfig& config) {
+Result<std::unique_ptr<ServingModel>> load_serving_model(
+    const ServerConfig& config, std::function<void(const Status&)> on_engine_fatal) {
   auto m = std::make_unique<ServingModel>();
   DZ_ASSIGN_OR_RETURN(m->tokenizer, load_tokenizer(config.model_dir));
   DZ_ASSIGN_OR_RETURN(m->defaults, runtime::load_generation_defaults(config.model_dir));
@@ -39,8 +40,6 @@ Result<std::unique_ptr<ServingModel>> load_serving_model(const ServerConfig& con
                    m->chat_template_error);
     }
   }
-  DZ_ASSIGN_OR_RETURN(m->model, config.load_model());
-
   runtime::EngineConfig engine = config.engine;
   if (engine.eos_token_ids.empty()) engine.eos_token_ids = m->defaults.eos_token_ids;
   const Tokenizer* tokenizer = m->tokenizer.get();
@@ -52,6 +51,11 @@ Result<std::unique_ptr<ServingModel>> load_serving_model(const ServerConfig& con
   if (!engine.token_bytes) engine.token_bytes = m->token_bytes;
   if (engine.model_identity.empty()) engine.model_identity = config.model_dir;
   m->max_model_len = engine.max_model_len;
+  if (config.start_workers) {
+    DZ_ASSIGN_OR_RETURN(m->engine, config.start_workers(std::move(on_engine_fatal)));
+    return m;
+  }
+  DZ_ASSIGN_OR_RETURN(m->model, config.load_model());
   DZ_ASSIGN_OR_RETURN(m->engine, runtime::Engine::create(*m->model, config.exec, engine));
   return m;
 }

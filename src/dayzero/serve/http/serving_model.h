@@ -4,6 +4,7 @@
 // context-length checks of docs/serving.md §2.3).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,12 +34,16 @@ struct ServingModel {
   std::string chat_template_error;  // why chat is unavailable, if it is
   int64_t max_model_len = 0;
   runtime::TokenBytesFn token_bytes;
-  std::unique_ptr<runtime::Engine> engine;
+  // In process: a runtime::Engine over `model`; supervised: the worker group's supervisor (and
+  // `model` stays null here).
+  std::unique_ptr<runtime::EngineClient> engine;
 };
 
-// Tokenizer, defaults and chat format from config.model_dir, the model from config.load_model,
-// then the engine.
-Result<std::unique_ptr<ServingModel>> load_serving_model(const ServerConfig& config);
+// Tokenizer, defaults and chat format from config.model_dir, then the engine: config.start_workers
+// when set, else the model from config.load_model and an Engine over it.
+// on_engine_fatal: what a supervised engine calls when it gives up (the server stops).
+Result<std::unique_ptr<ServingModel>> load_serving_model(
+    const ServerConfig& config, std::function<void(const Status&)> on_engine_fatal = {});
 
 // The chat prompt's text: the DeepSeek-V3.2 encoder, or the Jinja template (tools and
 // chat_template_kwargs passed through; continue_final_message leaves the last message open).
