@@ -19,27 +19,36 @@ failure noticed → group ready → first token) are printed, from the frontend'
 
 Then: a request that crashes its worker every time (--fault-crash-seed) fails with 500 after
 --poison-limit failures and a turn alone on probation, while the others complete; and SIGTERM
-drains (a running stream completes, a new request gets 503, the exit code is 0).
+drains (a running stream completes, a new request gets 503, the exit code is 0); a stopped (hung)
+worker is restarted once its heartbeats stop; a worker that
+cannot load fails the server's start with the load error; and a crash loop (the checkpoint gone,
+then the worker killed) ends the server with exit code 1 and the last error, which the running
+stream gets too.
 """
 import datetime
 import json
 import os
 import random
 import re
+import shutil
 import signal
+import tempfile
 import threading
 import time
 import unittest
 
 from cli_support import skip_unless_built
+from serve_process import ServeError
 from server_support import MPI_ENV, MPIRUN, ServerProcess, metric
+
+DEMO_MODEL = os.path.join(os.environ.get("DZ_SOURCE_DIR", "../.."), "models", "demo")
 
 NUM_STREAMS = 50
 NUM_KILLS = 3
 MAX_TOKENS = 40
 TIE_NATS = 0.05
 MAX_GREEDY_FLIPS = 2
-FLAGS = ("--max-num-seqs", 64, "--max-model-len", 4096, "--heartbeat-timeout", 5)
+FLAGS = ("--max-num-seqs", 64, "--max-model-len", 4096)
 MPI_FLAGS = ("--tp", 2, "--mpirun-args", " ".join(MPIRUN[1:]))
 
 
@@ -120,6 +129,14 @@ class StreamingReader:
                         break
         except OSError as e:
             self.errors.append(repr(e))
+
+    def wait_for_tokens(self, timeout=60):
+        """Returns once the stream has a token (fails after `timeout` s)."""
+        deadline = time.monotonic() + timeout
+        while self.count == 0:
+            if time.monotonic() > deadline or self.errors:
+                raise AssertionError(f"stream {self.i} has no token: {self.errors}")
+            time.sleep(0.01)
 
     def event(self, block):
         for line in block.decode(errors="replace").split("\n"):
@@ -215,7 +232,7 @@ class ChaosBase:
             metrics = server.metrics()
             log = server.log_text()
         finally:
-            if os.environ.get("DZ_CHAOS_LOG"):
+            if os.environ.get("DZ_CHAOS_LOG"):  # debugging: the frontend's whole log
                 print(server.log_text())
             code = server.stop()
         self.assertEqual(code, 0)
@@ -294,10 +311,7 @@ class ChaosBase:
         stopped = None
         try:
             running = StreamingReader(server, 3, max_tokens=3000)
-            deadline = time.monotonic() + 60
-            while running.count == 0:
-                self.assertLess(time.monotonic(), deadline)
-                time.sleep(0.01)
+            running.wait_for_tokens()
             server.proc.send_signal(signal.SIGTERM)
             time.sleep(0.2)
             status, _, data = server.request("POST", "/v1/completions", body(4, stream=False))
@@ -316,7 +330,61 @@ class ChaosBase:
 
 
 class ChaosOneProcess(ChaosBase, unittest.TestCase):
-    pass
+    def test_a_crash_loop_stops_the_server_with_the_last_error(self):
+        # The checkpoint disappears while the server runs, then the worker dies: the restart
+        # fails at load, and with --max-restarts 1 the second failure ends the server.
+        skip_unless_built()
+        with tempfile.TemporaryDirectory() as tmp:
+            model = os.path.join(tmp, "demo")
+            shutil.copytree(DEMO_MODEL, model)
+            server = ServerProcess(model, *FLAGS, "--max-restarts", 1, "--restart-window", 600)
+            try:
+                running = StreamingReader(server, 2, max_tokens=3000)
+                running.wait_for_tokens()
+                os.rename(os.path.join(model, "model.safetensors"), os.path.join(tmp, "moved"))
+                os.kill(worker_pids(server.proc.pid)[0], signal.SIGKILL)
+                running.thread.join(timeout=60)
+                code = server.proc.wait(timeout=60)
+                log = server.log_text()
+            finally:
+                server.stop()
+        self.assertEqual(code, 1, log[-3000:])
+        self.assertEqual(len(running.errors), 1, running.errors)
+        self.assertIn("failed 2 times within 600 s (--max-restarts 1)", running.errors[0])
+        self.assertIn("model.safetensors", running.errors[0])
+        self.assertIn("the server stops", log)
+
+    def test_a_hung_worker_is_restarted(self):
+        # SIGSTOP: the worker neither dies nor answers; its heartbeats stop.
+        skip_unless_built()
+        server = self.start("--heartbeat-timeout", 1)
+        try:
+            running = StreamingReader(server, 6, max_tokens=400)
+            running.wait_for_tokens()
+            os.kill(worker_pids(server.proc.pid)[0], signal.SIGSTOP)
+            running.thread.join(timeout=60)
+            metrics = server.metrics()
+            log = server.log_text()
+        finally:
+            code = server.stop()
+        self.assertEqual(running.errors, [])
+        self.assertTrue(running.done and len(running.tokens) == 400)
+        self.assertEqual(metric(metrics, "vllm:worker_restarts_total"), 1)
+        self.assertRegex(log, r"worker group 1 failed: no heartbeat from the worker for 1\.\d s")
+        self.assertEqual(code, 0)
+
+    def test_a_worker_that_cannot_load_is_reported(self):
+        skip_unless_built()
+        with tempfile.TemporaryDirectory() as tmp:
+            model = os.path.join(tmp, "demo")
+            shutil.copytree(DEMO_MODEL, model)
+            with open(os.path.join(model, "model.safetensors"), "r+b") as f:
+                f.truncate(1000)
+            with self.assertRaises(ServeError) as caught:
+                ServerProcess(model, *FLAGS, ready_timeout=60)
+        message = str(caught.exception)
+        self.assertIn("the worker group", message)
+        self.assertIn("model.safetensors", message)
 
 
 class ChaosTwoRanks(ChaosBase, unittest.TestCase):

@@ -17,8 +17,8 @@
 
 #include <atomic>
 #include <csignal>
-#include <filesystem>
 #include <ctime>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -150,7 +150,8 @@ Status run(const ServeArgs& args) {
   DZ_ASSIGN_OR_RETURN(const int rank, supervised(args) ? 0 : plan_rank(args.model));
   const std::vector<int64_t> rank_pids = every_rank_pid();
   if (rank != 0) return load_model(args.model).status();
-  if (!args.worker_socket.empty()) return serve::worker::run_worker(args.worker_socket, config, rank_pids);
+  if (!args.worker_socket.empty())
+    return serve::worker::run_worker(args.worker_socket, config, rank_pids);
   if (plan_comm() != nullptr)
     spdlog::info(
         "dayzero serve: rank 0 is pid {}: SIGTERM it to drain and stop every rank "

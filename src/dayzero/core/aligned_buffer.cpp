@@ -36,7 +36,9 @@ void AlignedBuffer::release() {
   mapped_bytes_ = 0;
 }
 
-AlignedBuffer::~AlignedBuffer() { release(); }
+AlignedBuffer::~AlignedBuffer() {
+  release();
+}
 
 AlignedBuffer::AlignedBuffer(AlignedBuffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),

@@ -327,8 +327,7 @@ Status EngineCore::validate_request(const GenerationRequest& request) const {
                       "max_tokens: {} prompt + {} new tokens need {} KV blocks of {} ({} for the "
                       "prompt); the cache has {}, {} of them reserved",
                       num_prompt + num_resumed, request.max_tokens, context_blocks,
-                      config_.block_size,
-                      prompt_blocks, usable, impl_->reserve_blocks);
+                      config_.block_size, prompt_blocks, usable, impl_->reserve_blocks);
   return Status::ok_status();
 }
 

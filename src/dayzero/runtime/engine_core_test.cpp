@@ -311,8 +311,8 @@ TEST_P(EngineCoreTest, ResumedRequestsContinueAsIfNeverMoved) {
           EXPECT_EQ(out.finish_reason, reason) << "request " << i << " k " << k;
         }
       }
-      EXPECT_EQ(rest, std::vector<int32_t>(tokens.begin() + static_cast<std::ptrdiff_t>(k),
-                                           tokens.end()))
+      EXPECT_EQ(rest,
+                std::vector<int32_t>(tokens.begin() + static_cast<std::ptrdiff_t>(k), tokens.end()))
           << "request " << i << " resumed after " << k;
       EXPECT_EQ(text_after[k - 1] + rest_text, text) << "request " << i << " resumed after " << k;
       expect_nothing_held(*fresh);

@@ -178,8 +178,8 @@ Server::Server(ServerConfig config)
           send_error(response, ApiError::unauthorized());
           return httplib::Server::HandlerResponse::Handled;
         }
-        if (st.draining.load() && (request.path == "/v1/completions" ||
-                                   request.path == "/v1/chat/completions")) {
+        if (st.draining.load() &&
+            (request.path == "/v1/completions" || request.path == "/v1/chat/completions")) {
           send_error(response, ApiError::service_unavailable("The server is shutting down."));
           return httplib::Server::HandlerResponse::Handled;
         }
@@ -231,8 +231,7 @@ Server::Server(ServerConfig config)
     if (state_->draining.load())
       return send_error(response, ApiError::service_unavailable("The server is shutting down."));
     if (!state_->model->engine->healthy())
-      return send_error(response,
-                        ApiError::service_unavailable("The worker group is restarting."));
+      return send_error(response, ApiError::service_unavailable("The worker group is restarting."));
     send_json(response, "{}");
   });
   http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& response) {

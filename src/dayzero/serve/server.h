@@ -43,9 +43,9 @@ struct ServerConfig {
   ExecContext exec;
   // Loads the checkpoint (on the loading thread).
   std::function<Result<std::unique_ptr<model::CausalLm>>()> load_model;
-  // Supervised serving (docs/serving.md §5.10): starts the worker group instead of loading the model
-  // here (load_model is then unused); it calls on_fatal when it gives up, which stops the server
-  // with that error.
+  // Supervised serving (docs/serving.md §5.10): starts the worker group instead of loading the
+  // model here (load_model is then unused); it calls on_fatal when it gives up, which stops the
+  // server with that error.
   std::function<Result<std::unique_ptr<runtime::EngineClient>>(
       std::function<void(const Status&)> on_fatal)>
       start_workers;

@@ -4,8 +4,8 @@
 
 #include <cerrno>
 #include <cmath>
-#include <limits>
 #include <cstring>
+#include <limits>
 
 namespace dz::serve::worker {
 namespace {
@@ -16,7 +16,8 @@ Status write_all(int fd, const char* data, size_t size) {
   while (size > 0) {
     const ssize_t n = ::write(fd, data, size);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return make_error(StatusCode::kIo, "worker socket: write: {}", std::strerror(errno));
+    if (n <= 0)
+      return make_error(StatusCode::kIo, "worker socket: write: {}", std::strerror(errno));
     data += n;
     size -= static_cast<size_t>(n);
   }

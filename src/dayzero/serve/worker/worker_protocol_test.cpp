@@ -85,10 +85,9 @@ TEST(WorkerProtocol, OutputsRoundTripEveryFieldAndInfiniteLogprobs) {
   runtime::RequestOutput a;
   a.request_id = 77;
   a.new_token_ids = {4, 5};
-  a.new_samples = {{.token = 4, .logprob = -0.125f, .top_logprobs = {{4, -0.125f}, {8, -3.0f}}},
-                   {.token = 5,
-                    .logprob = -std::numeric_limits<float>::infinity(),
-                    .top_logprobs = {}}};
+  a.new_samples = {
+      {.token = 4, .logprob = -0.125f, .top_logprobs = {{4, -0.125f}, {8, -3.0f}}},
+      {.token = 5, .logprob = -std::numeric_limits<float>::infinity(), .top_logprobs = {}}};
   a.new_logits = {{0.5f, -1.0f}, {2.0f, 3.0f}};
   a.new_prompt_logits = {0.25f, 0.75f};
   a.new_mtp_logits = {-0.5f};

@@ -39,8 +39,7 @@ Result<int> connect_to(const std::string& path) {
   if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
     const int err = errno;
     ::close(fd);
-    return make_error(StatusCode::kIo, "--worker-socket {}: connect: {}", path,
-                      std::strerror(err));
+    return make_error(StatusCode::kIo, "--worker-socket {}: connect: {}", path, std::strerror(err));
   }
   return fd;
 }
@@ -86,8 +85,7 @@ void Service::submit(runtime::Engine& engine, const json& message) {
   const std::vector<int64_t> ids = message.at("ids").get<std::vector<int64_t>>();
   Result<std::vector<std::shared_ptr<runtime::RequestStream>>> streams =
       request.ok() ? engine.submit_choices(std::move(*request), static_cast<int32_t>(ids.size()))
-                   : Result<std::vector<std::shared_ptr<runtime::RequestStream>>>(
-                         request.status());
+                   : Result<std::vector<std::shared_ptr<runtime::RequestStream>>>(request.status());
   if (!streams.ok()) reply["error"] = encode_status(streams.status());
   // The reply goes out before the pump may send any output of these ids.
   if (!send(reply).ok() || !streams.ok()) return;
@@ -196,9 +194,8 @@ Status run_worker(const std::string& socket_path, ServerConfig config,
     config.engine.on_outputs = [s = service.get()] { s->notify(); };
     Result<std::unique_ptr<http::ServingModel>> model = http::load_serving_model(config);
     if (!model.ok()) {
-      status = model.status().with_context(config.model_dir);
-      static_cast<void>(
-          service->send({{"type", "load_failed"}, {"error", encode_status(status)}}));
+      status = model.status();
+      static_cast<void>(service->send({{"type", "load_failed"}, {"error", encode_status(status)}}));
     } else {
       const double load_s = std::chrono::duration<double>(Clock::now() - start).count();
       spdlog::info("worker {}: model loaded in {:.2f} s", ::getpid(), load_s);

@@ -100,8 +100,7 @@ WorkerSupervisor::~WorkerSupervisor() {
 }
 
 Status WorkerSupervisor::listen() {
-  std::string pattern =
-      (std::filesystem::temp_directory_path() / "dayzero-serve-XXXXXX").string();
+  std::string pattern = (std::filesystem::temp_directory_path() / "dayzero-serve-XXXXXX").string();
   if (::mkdtemp(pattern.data()) == nullptr)
     return make_error(StatusCode::kIo, "mkdtemp {}: {}", pattern, std::strerror(errno));
   dir_ = pattern;
@@ -137,8 +136,8 @@ Status WorkerSupervisor::spawn() {
   posix_spawnattr_setpgroup(&attr, 0);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &pipe);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   pid_t pid = -1;
   const int err = ::posix_spawnp(&pid, argv[0], nullptr, &attr, argv.data(), environ);
   posix_spawnattr_destroy(&attr);
@@ -146,7 +145,8 @@ Status WorkerSupervisor::spawn() {
     return make_error(StatusCode::kIo, "starting the worker group ({}): {}", args[0],
                       std::strerror(err));
   std::lock_guard lock(write_mutex_);
-  group_ = Group{.pid = pid, .fd = -1, .generation = group_.generation + 1, .rank_pids = {}};
+  group_ = Group{
+      .pid = pid, .pgid = pid, .fd = -1, .generation = group_.generation + 1, .rank_pids = {}};
   spdlog::info("worker group {} started: pid {}", group_.generation, pid);
   return Status::ok_status();
 }
@@ -170,8 +170,13 @@ Result<double> WorkerSupervisor::wait_ready() {
     if (::poll(&p, 1, kPollMs) <= 0) continue;
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
-    const timeval timeout{.tv_sec = kSendTimeoutS, .tv_usec = 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+    const timeval send_timeout{.tv_sec = kSendTimeoutS, .tv_usec = 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof(send_timeout));
+    // A worker stopped in the middle of writing a message must not hold the supervisor in read():
+    // the rest of a message is due within the heartbeat timeout.
+    const auto usec = static_cast<int64_t>(config_.heartbeat_timeout_s * 1e6);
+    const timeval receive_timeout{.tv_sec = usec / 1000000, .tv_usec = usec % 1000000};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &receive_timeout, sizeof(receive_timeout));
     std::lock_guard lock(write_mutex_);
     group_.fd = fd;
   }
@@ -193,8 +198,7 @@ Result<double> WorkerSupervisor::wait_ready() {
       group_.rank_pids = m.value("rank_pids", std::vector<int64_t>{});
       spdlog::info("worker group {}: rank pids {}", group_.generation,
                    fmt::join(group_.rank_pids, ", "));
-    }
-    else if (type == "load_failed")
+    } else if (type == "load_failed")
       return decode_status(m.value("error", json::object()));
     else if (type == "ready")
       return m.value("load_s", 0.0);
@@ -209,9 +213,9 @@ std::optional<std::string> WorkerSupervisor::dead_rank() const {
     std::getline(stat, line);
     // "pid (comm) S ...": the state follows the last ')'.
     const size_t paren = line.rfind(')');
-    const char state = paren != std::string::npos && paren + 2 < line.size() ? line[paren + 2] : 'X';
-    if (state == 'Z' || state == 'X')
-      return fmt::format("rank {} (pid {}) has exited", r, pid);
+    const char state =
+        paren != std::string::npos && paren + 2 < line.size() ? line[paren + 2] : 'X';
+    if (state == 'Z' || state == 'X') return fmt::format("rank {} (pid {}) has exited", r, pid);
   }
   return std::nullopt;
 }
@@ -219,16 +223,23 @@ std::optional<std::string> WorkerSupervisor::dead_rank() const {
 std::string WorkerSupervisor::reap() {
   std::string how = "had already been reaped";
   if (group_.pid > 0) {
-    ::kill(-group_.pid, SIGKILL);
+    // A leader that is ending by itself gets a moment, so that its own exit status is reported.
     int status = 0;
-    while (::waitpid(group_.pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    pid_t done = 0;
+    for (int i = 0; i < 5 && (done = ::waitpid(group_.pid, &status, WNOHANG)) == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ::kill(-group_.pgid, SIGKILL);
+    if (done != group_.pid)
+      while (::waitpid(group_.pid, &status, 0) < 0 && errno == EINTR) {
+      }
     how = describe_exit(status);
   }
+  if (group_.pgid > 0) ::kill(-group_.pgid, SIGKILL);  // what is left of it (mpirun's ranks)
   std::lock_guard lock(write_mutex_);
   if (group_.fd >= 0) ::close(group_.fd);
   group_.fd = -1;
   group_.pid = -1;
+  group_.pgid = -1;
   return how;
 }
 
@@ -246,10 +257,10 @@ Result<std::vector<std::shared_ptr<runtime::RequestStream>>> WorkerSupervisor::s
     runtime::GenerationRequest request, int32_t n) {
   if (n < 1) return make_error(StatusCode::kInvalidArgument, "n: {} (want >= 1)", n);
   std::unique_lock lock(mutex_);
-  const bool ready = changed_.wait_for(
-      lock, std::chrono::duration<double>(config_.submit_wait_s),
-      [&] { return state_ != State::kRecovering; });
-  if (state_ == State::kFailed) return make_error(StatusCode::kResourceExhausted, "{}", fatal_.message());
+  const bool ready = changed_.wait_for(lock, std::chrono::duration<double>(config_.submit_wait_s),
+                                       [&] { return state_ != State::kRecovering; });
+  if (state_ == State::kFailed)
+    return make_error(StatusCode::kResourceExhausted, "{}", fatal_.message());
   if (!ready || state_ != State::kRunning)
     return make_error(StatusCode::kResourceExhausted,
                       "the worker group is restarting; try again later");
@@ -491,15 +502,15 @@ bool WorkerSupervisor::note_failure(const Status& why) {
   const auto now = Clock::now();
   std::lock_guard lock(mutex_);
   failures_.push_back(now);
-  while (!failures_.empty() && std::chrono::duration<double>(now - failures_.front()).count() >
-                                   config_.restart_window_s)
+  while (!failures_.empty() &&
+         std::chrono::duration<double>(now - failures_.front()).count() > config_.restart_window_s)
     failures_.pop_front();
   if (static_cast<int>(failures_.size()) <= config_.max_restarts) return true;
-  fatal_ = make_error(StatusCode::kResourceExhausted,
-                      "the worker group failed {} times within {:.0f} s (--max-restarts {}); "
-                      "the server stops. Last failure: {}",
-                      failures_.size(), config_.restart_window_s, config_.max_restarts,
-                      why.message());
+  fatal_ =
+      make_error(StatusCode::kResourceExhausted,
+                 "the worker group failed {} times within {:.0f} s (--max-restarts {}); "
+                 "the server stops. Last failure: {}",
+                 failures_.size(), config_.restart_window_s, config_.max_restarts, why.message());
   return false;
 }
 
@@ -612,8 +623,8 @@ void WorkerSupervisor::recover(const Status& why) {
       std::lock_guard lock(mutex_);
       if (stop_) return;
     }
-    spdlog::error("worker group {} did not start: {} (it {})", group_.generation,
-                  failure.message(), how);
+    spdlog::error("worker group {} did not start: {} (it {})", group_.generation, failure.message(),
+                  how);
   }
 }
 

@@ -5,12 +5,12 @@
 // the group's outputs to each request's stream. When the group fails (a process exits or is
 // killed, the socket closes, no heartbeat for heartbeat_timeout_s, one step running longer than
 // step_timeout_s) it kills what is left of the group, starts a new one and re-submits every
-// unfinished request with its generated tokens (recomputed as a prefix, runtime::GenerationRequest::
-// resumed_output_token_ids), so that streams pause and go on with no token lost or repeated.
-// New requests wait meanwhile. A request that saw poison_limit failures in a row without a new
-// token becomes a suspect: suspects are re-submitted one at a time, each until its first token, and
-// one that fails the group while it runs so fails with 500 (the others go on). More than
-// max_restarts failures within restart_window_s end the server.
+// unfinished request with its generated tokens (recomputed as a prefix,
+// runtime::GenerationRequest:: resumed_output_token_ids), so that streams pause and go on with no
+// token lost or repeated. New requests wait meanwhile. A request that saw poison_limit failures in
+// a row without a new token becomes a suspect: suspects are re-submitted one at a time, each until
+// its first token, and one that fails the group while it runs so fails with 500 (the others go on).
+// More than max_restarts failures within restart_window_s end the server.
 
 #include <sys/types.h>
 
@@ -90,7 +90,8 @@ class WorkerSupervisor final : public runtime::EngineClient {
   };
   // A started group: the process (group leader) and, once it connected, the socket.
   struct Group {
-    pid_t pid = -1;
+    pid_t pid = -1;   // the leader while it is not reaped
+    pid_t pgid = -1;  // its process group, killed whole in any case
     int fd = -1;
     int64_t generation = 0;
     std::vector<int64_t> rank_pids;  // from the group's hello
@@ -150,7 +151,8 @@ class WorkerSupervisor final : public runtime::EngineClient {
   // Recovery timing, for the log (docs/serving.md §5.10).
   std::optional<Clock::time_point> awaiting_first_token_;
 
-  std::mutex write_mutex_;  // one writer on the socket at a time; never taken before mutex_ is let go
+  std::mutex
+      write_mutex_;  // one writer on the socket at a time; never taken before mutex_ is let go
   std::thread thread_;
 };
 
