@@ -55,7 +55,7 @@ fuzz: deps
 	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" -DDZ_FUZZ=ON \
 	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DDZ_FUZZ_SECONDS=$(FUZZ_SECONDS)
 	cmake --build $(FUZZ_BUILD)
-	ctest --test-dir $(FUZZ_BUILD) --output-on-failure -L fuzz
+	ctest --test-dir $(FUZZ_BUILD) --output-on-failure -j 2 -L fuzz
 
 # The whole benchmark suite (limits, operators, decode/prefill sweeps, PyTorch peer; ~10 min on a
 # quiet machine), its JSON in BENCH_OUT and the table of docs/performance.md on stdout.

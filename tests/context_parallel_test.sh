@@ -21,7 +21,8 @@ run=0
 for model_vocab in "$work/deepseek_v32:512" "$work/kimi_linear:512" "$work/kimi_k3:512" "$demo:4096"; do
   model=${model_vocab%:*} vocab=${model_vocab##*:}
   ids=$("$python" -c "import random; r = random.Random(5); print(','.join(str(r.randrange($vocab)) for _ in range(2048)))")
-  for path in "" "--prefill-chunk 700" "--decode-from 1900 --prefill-chunk 1000"; do
+  # Full prefill, and chunked prefill (a chunk after a cached prefix) then decode.
+  for path in "" "--decode-from 1900 --prefill-chunk 1000"; do
     # DeepSeek's MTP head too: its layer runs on the pieces of its own step.
     mtp=() plan_mtp=()
     [[ $model == */deepseek_v32 ]] && mtp=(--mtp-output "$work/one_mtp$run.npy") &&
