@@ -11,11 +11,12 @@ undisturbed one's, except at a near-tie (top-two log-probabilities of the undist
 bitwise) or, in at most two of the 25, where rounding flipped an MoE routing choice inside the
 model (a lost or repeated token would part all 25). Sampling (inverse CDF in token-id order) turns
 such rounding into a different draw now and then, so a sampled stream must equal the undisturbed
-one up to where it first moved and be whole after. Streams stay under 64 tokens of context, below
-the demo's indexer top-k, so no sparse selection flips inside the model. /metrics counts three
-restarts and the migrated requests; /health is 503 during a recovery and 200 after. The same again
-with a 2-rank group (`--tp 2`: mpirun of two workers, a random rank killed). Recovery times (kill →
-failure noticed → group ready → first token) are printed, from the frontend's log.
+one up to where it first moved (all but two of 25) and be whole after. Streams stay under 64 tokens
+of context, below the demo's indexer top-k, so no sparse selection flips inside the model. /metrics
+counts three restarts and the migrated requests; /health is 503 during a recovery and 200 after.
+The same again with a 2-rank group (`--tp 2`: mpirun of two workers, a random rank killed).
+Recovery times (kill → failure noticed → group ready → first token) are printed, from the
+frontend's log.
 
 Then: a request that crashes its worker every time (--fault-crash-seed) fails with 500 after
 --poison-limit failures and a turn alone on probation, while the others complete; and SIGTERM
@@ -211,16 +212,19 @@ class ChaosBase:
                 counts = [r.count for r in runs]
                 if k == 0:
                     first_kill_counts = counts
-                # /health is 503 until the new group is ready.
+                # /health is 503 until the new group is ready. Tokens still in flight may arrive
+                # after the kill, so only the restart counter says the recovery is over when no
+                # poll happened to fall inside it.
                 saw_503 = False
                 while True:
                     status, _ = server.get("/health", timeout=5)
                     if status == 503:
                         saw_503 = True
-                    if status == 200 and saw_503:
+                    elif status == 200 and saw_503:
                         break
-                    if status == 200 and any(r.count > c for r, c in zip(runs, counts)):
-                        break  # recovered between two polls
+                    elif status == 200 and time.time() - killed_at > 0.3 and metric(
+                            server.metrics(), "vllm:worker_restarts_total") >= k + 1:
+                        break
                     self.assertLess(time.time() - killed_at, 60, "no recovery within 60 s")
                     time.sleep(0.005)
                 saw_503s.append(saw_503)
@@ -251,13 +255,15 @@ class ChaosBase:
             if r.i % 2 == 0:
                 parted["greedy"].append((r.i, k, round(gap, 3)))
             else:
-                parted["sampled"].append((r.i, k))
-                self.assertGreaterEqual(k, first_kill_counts[r.i],
-                                        f"sampled stream {r.i} differs before it first moved")
+                parted["sampled"].append((r.i, k, k >= first_kill_counts[r.i]))
         print(f"streams that part from the undisturbed run (stream, token[, top-2 gap]): {parted}")
         # Rounding can also flip a choice inside the model (an MoE routing near-tie) and part a
         # greedy stream where its output had no near-tie: allowed twice in 25. A migration that
         # lost or repeated a token would part every greedy stream it moved (all 25, each time).
+        # A sampled stream parts before its first move only by the same batch rounding.
+        early = [p for p in parted["sampled"] if not p[2]]
+        self.assertLessEqual(len(early), MAX_GREEDY_FLIPS,
+                             f"sampled streams part before they first moved: {early}")
         no_tie = [p for p in parted["greedy"] if p[2] >= TIE_NATS]
         self.assertLessEqual(len(no_tie), MAX_GREEDY_FLIPS, f"greedy streams part without a "
                              f"near-tie in their output: {no_tie}")
