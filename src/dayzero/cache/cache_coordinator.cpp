@@ -199,6 +199,15 @@ bool CacheCoordinator::fork(const SequenceCache& parent, int64_t num_computed_to
   return true;
 }
 
+void CacheCoordinator::trim(SequenceCache& seq, int64_t num_tokens) {
+  const auto keep = static_cast<size_t>(blocks_for(num_tokens));
+  if (seq.block_table.size() <= keep) return;
+  DZ_CHECK(static_cast<int64_t>(keep) >= seq.num_registered_blocks,
+           "trim to {} blocks below {} registered ones", keep, seq.num_registered_blocks);
+  blocks_.free(std::span<const int32_t>(seq.block_table).subspan(keep));
+  seq.block_table.resize(keep);
+}
+
 void CacheCoordinator::free(SequenceCache& seq) {
   if (!seq.block_table.empty()) blocks_.free(seq.block_table);
   seq.block_table.clear();

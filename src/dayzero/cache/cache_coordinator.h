@@ -110,6 +110,10 @@ class CacheCoordinator {
   // slot. False, changing nothing, when no block or live slot is free (the reserve is kept).
   bool fork(const SequenceCache& parent, int64_t num_computed_tokens, SequenceCache& child);
 
+  // Frees the blocks of seq's table past the first num_tokens tokens (speculative decoding: the
+  // rows of rejected drafts); they were never registered.
+  void trim(SequenceCache& seq, int64_t num_tokens);
+
   // Releases the sequence's blocks and live slot (finished or preempted); its hash chain and
   // rolling checkpoint stay, the tokens being the same.
   void free(SequenceCache& seq);

@@ -13,6 +13,7 @@
 #include "dayzero/core/check.h"
 #include "dayzero/model/forward_batch.h"
 #include "dayzero/model/kv_cache.h"
+#include "dayzero/runtime/ngram_proposer.h"
 #include "dayzero/runtime/request.h"
 #include "dayzero/runtime/scheduler.h"
 
@@ -66,6 +67,10 @@ Status check_config(const EngineConfig& c, int64_t vocab_size) {
   for (const int32_t id : c.eos_token_ids)
     if (id < 0 || id >= vocab_size)
       return bad("eos_token_ids", id, fmt::format("in [0, {})", vocab_size));
+  if (c.speculative.method == SpeculativeMethod::kMtp)
+    return make_error(StatusCode::kUnsupported,
+                      "--speculative-config: method \"mtp\" is not built yet; use \"ngram\"");
+  if (c.speculative.enabled()) DZ_RETURN_IF_ERROR(validate_ngram_config(c.speculative.ngram));
   return Status::ok_status();
 }
 
@@ -123,10 +128,11 @@ struct StepChunk {
   Request* request = nullptr;
   int64_t begin = 0;  // its first position
   int64_t num_tokens = 0;
+  int64_t num_drafts = 0;       // the chunk's last num_drafts tokens are drafts to verify
   int64_t first_row = 0;        // in the main model's logits: prompt rows, then the sampled one
   int64_t num_prompt_rows = 0;  // return_prompt_logits
-  bool sampled = false;         // the chunk reaches the last token: its last row samples
-  int32_t next_token = -1;      // the sampled (or forced) token
+  bool sampled = false;     // the chunk reaches the last token: its last 1 + num_drafts rows sample
+  int32_t next_token = -1;  // the sampled (or forced) token
   int64_t first_mtp_row = 0;
   int64_t num_mtp_rows = 0;
   RequestOutput out;
@@ -147,6 +153,24 @@ struct EngineCore::Impl {
   std::vector<RequestOutput> pending;  // aborted requests, reported by the next step
   int64_t generation_tokens = 0;
   int64_t num_steps = 0;
+
+  // Speculative decoding: the first of the max_num_seqs state slots that keep each live slot's
+  // state while its drafts are verified (0: no recurrent layers or no speculation).
+  int32_t rollback_slot_base = 0;
+  int64_t spec_num_drafts = 0;
+  int64_t spec_num_draft_tokens = 0;
+  int64_t spec_num_accepted_tokens = 0;
+  std::vector<int64_t> spec_accepted_per_position;
+
+  // Gives the running requests that are decoding their drafts for this step (none when the
+  // batch is larger than disable_by_batch_size).
+  void propose_drafts(const EngineConfig& config);
+  int32_t rollback_slot(const Request& r) const {
+    return rollback_slot_base + r.cache.state_slot - 1;
+  }
+  // After a chunk's verification: commits the accepted drafts, or rolls the recurrent state back
+  // to the chunk's start when a draft was rejected (the accepted tokens run again next step).
+  void commit_drafts(const StepChunk& c);
 
   // The MTP head over the step's first chunks (those of requests with return_mtp_logits), right
   // after the forward pass that kept the main model's state; fills their new_mtp_logits.
@@ -176,7 +200,11 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CausalLm& model,
   const int64_t max_checkpoints = !recurrent                          ? 0
                                   : config.max_state_checkpoints >= 0 ? config.max_state_checkpoints
                                                                       : 2 * config.max_num_seqs;
-  const int64_t num_state_slots = recurrent ? 1 + config.max_num_seqs + max_checkpoints : 0;
+  // Speculation on a hybrid model keeps one more state per running request (rollback).
+  const int64_t num_rollback_slots =
+      recurrent && config.speculative.enabled() ? config.max_num_seqs : 0;
+  const int64_t num_state_slots =
+      recurrent ? 1 + config.max_num_seqs + max_checkpoints + num_rollback_slots : 0;
 
   int64_t num_blocks = config.num_blocks;
   if (num_blocks == 0) {
@@ -215,6 +243,12 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CausalLm& model,
   impl->vocab_size = vocab_size;
   impl->num_blocks = num_blocks;
   impl->reserve_blocks = reserve;
+  if (num_rollback_slots > 0)
+    impl->rollback_slot_base = static_cast<int32_t>(1 + config.max_num_seqs + max_checkpoints);
+  impl->spec_accepted_per_position.assign(
+      static_cast<size_t>(config.speculative.enabled() ? config.speculative.num_speculative_tokens()
+                                                       : 0),
+      0);
   DZ_ASSIGN_OR_RETURN(impl->cache, model::KvCache::create(layers, num_blocks, config.block_size,
                                                           num_state_slots, model.cache_shard()));
   model.cache_created(impl->cache);
@@ -473,6 +507,7 @@ std::vector<RequestOutput> EngineCore::step() {
   m.pending.clear();
   if (scheduler.num_waiting() + scheduler.num_running() == 0) return outputs;
 
+  m.propose_drafts(config_);
   SchedulerOutput plan = scheduler.schedule();
   ++m.num_steps;
   if (plan.chunks.empty()) return outputs;
@@ -497,6 +532,7 @@ std::vector<RequestOutput> EngineCore::step() {
     chunk.request = &r;
     chunk.begin = r.num_computed_tokens;
     chunk.num_tokens = c.num_tokens;
+    chunk.num_drafts = r.num_drafts();
     chunk.first_row = static_cast<int64_t>(m.logits_rows.size());
     const int64_t end = chunk.begin + c.num_tokens;
     if (r.return_prompt_logits) {
@@ -505,15 +541,23 @@ std::vector<RequestOutput> EngineCore::step() {
       chunk.num_prompt_rows = push_rows(m.logits_rows, first_token, chunk.begin, from, to);
       r.num_prompt_logits_sent = std::max(r.num_prompt_logits_sent, to);
     }
-    chunk.sampled = end == r.num_tokens();
-    if (chunk.sampled) m.logits_rows.push_back(first_token + c.num_tokens - 1);
+    chunk.sampled = end - chunk.num_drafts == r.num_tokens();
+    if (chunk.sampled)
+      push_rows(m.logits_rows, first_token, chunk.begin, end - 1 - chunk.num_drafts, end);
+    // The recurrent state before the drafts, for a rollback.
+    if (chunk.num_drafts > 0 && m.rollback_slot_base > 0)
+      m.model->copy_state_slot(m.cache, r.cache.state_slot, m.rollback_slot(r));
     spans.push_back({.request = &r, .begin = chunk.begin, .num_tokens = c.num_tokens});
     chunks.push_back(std::move(chunk));
     first_token += c.num_tokens;
   }
   const model::ForwardBatch batch = make_batch(
       spans, config_.block_size,
-      [&](size_t s, int64_t pos) { return spans[s].request->tokens[static_cast<size_t>(pos)]; },
+      [&](size_t s, int64_t pos) {
+        const Request& r = *spans[s].request;
+        const auto p = static_cast<size_t>(pos);
+        return p < r.tokens.size() ? r.tokens[p] : r.draft_tokens[p - r.tokens.size()];
+      },
       m.batch_buffers);
   const auto vocab = static_cast<size_t>(m.vocab_size);
   m.logits.resize(m.logits_rows.size() * vocab);
@@ -559,51 +603,59 @@ std::vector<RequestOutput> EngineCore::step() {
       c.out.new_prompt_logits.assign(first, first + static_cast<size_t>(c.num_prompt_rows) * vocab);
     }
     if (!c.sampled) continue;
-    float* row = m.logits.data() + static_cast<size_t>(c.first_row + c.num_prompt_rows) * vocab;
-    if (config_.nan_logits_seed == r.sampler.params().seed)  // the test hook: one bad value
-      row[static_cast<size_t>(r.num_output_tokens()) % vocab] = std::nanf("");
-    if (config_.crash_seed == r.sampler.params().seed) {  // the test hook: a crashing request
-      std::fprintf(stderr, "dayzero: --fault-crash-seed %llu: aborting\n",
-                   static_cast<unsigned long long>(*config_.crash_seed));
-      std::abort();
-    }
-    const std::span<const float> logits(row, vocab);
-    const auto num_output = static_cast<size_t>(r.num_output_tokens());
-    const bool forced = num_output < r.forced_output_token_ids.size();
-    // A model fault that shows in one request's row fails that request alone.
-    if (const Status fault = check_logits_row(r, logits); !fault.ok()) {
-      c.out.finished = true;
-      c.out.error = fault;
-      continue;
-    }
-    const SampleResult sample =
-        forced ? SampleResult{.token = r.forced_output_token_ids[num_output],
-                              .logprob = 0.0f,
-                              .top_logprobs = {}}
-               : r.sampler.sample(logits, r.num_output_tokens(), r.prompt(), r.output());
-    c.next_token = sample.token;
+    // Row i samples output token num_output + i; a draft is accepted when the sample equals it,
+    // so the tokens are plain decoding's, draw for draw (docs/serving.md §4).
     RequestOutput& out = c.out;
-    if (!forced && r.sampler.is_stop_token(sample.token)) {
-      // EOS and stop ids end the completion and are not part of it.
-      r.finish_reason = FinishReason::kStop;
-    } else {
-      r.tokens.push_back(sample.token);
-      ++m.generation_tokens;
-      out.new_token_ids.push_back(sample.token);
-      out.new_samples.push_back(sample);
-      if (r.return_logits) out.new_logits.emplace_back(logits.begin(), logits.end());
-      out.new_text = push_text(r, config_.token_bytes, sample.token);
-      if (r.stop_matcher.stopped())
+    for (int64_t i = 0; i <= c.num_drafts; ++i) {
+      float* row =
+          m.logits.data() + static_cast<size_t>(c.first_row + c.num_prompt_rows + i) * vocab;
+      if (config_.nan_logits_seed == r.sampler.params().seed)  // the test hook: one bad value
+        row[static_cast<size_t>(r.num_output_tokens()) % vocab] = std::nanf("");
+      if (config_.crash_seed == r.sampler.params().seed) {  // the test hook: a crashing request
+        std::fprintf(stderr, "dayzero: --fault-crash-seed %llu: aborting\n",
+                     static_cast<unsigned long long>(*config_.crash_seed));
+        std::abort();
+      }
+      const std::span<const float> logits(row, vocab);
+      const auto num_output = static_cast<size_t>(r.num_output_tokens());
+      const bool forced = num_output < r.forced_output_token_ids.size();
+      // A model fault that shows in one request's row fails that request alone.
+      if (const Status fault = check_logits_row(r, logits); !fault.ok()) {
+        out.finished = true;
+        out.error = fault;
+        break;
+      }
+      const SampleResult sample =
+          forced ? SampleResult{.token = r.forced_output_token_ids[num_output],
+                                .logprob = 0.0f,
+                                .top_logprobs = {}}
+                 : r.sampler.sample(logits, r.num_output_tokens(), r.prompt(), r.output());
+      c.next_token = sample.token;
+      if (!forced && r.sampler.is_stop_token(sample.token)) {
+        // EOS and stop ids end the completion and are not part of it.
         r.finish_reason = FinishReason::kStop;
-      else if (r.num_output_tokens() >= r.max_tokens || r.num_tokens() >= config_.max_model_len)
-        r.finish_reason = FinishReason::kLength;
+      } else {
+        r.tokens.push_back(sample.token);
+        ++m.generation_tokens;
+        out.new_token_ids.push_back(sample.token);
+        out.new_samples.push_back(sample);
+        if (r.return_logits) out.new_logits.emplace_back(logits.begin(), logits.end());
+        out.new_text += push_text(r, config_.token_bytes, sample.token);
+        if (r.stop_matcher.stopped())
+          r.finish_reason = FinishReason::kStop;
+        else if (r.num_output_tokens() >= r.max_tokens || r.num_tokens() >= config_.max_model_len)
+          r.finish_reason = FinishReason::kLength;
+      }
+      if (r.finish_reason != FinishReason::kNone) {
+        out.new_text += flush_text(r, config_.token_bytes);
+        if (r.stop_matcher.stopped()) r.finish_reason = FinishReason::kStop;
+        out.finished = true;
+        out.finish_reason = r.finish_reason;
+        break;
+      }
+      if (i == c.num_drafts || sample.token != r.draft_tokens[static_cast<size_t>(i)]) break;
     }
-    if (r.finish_reason != FinishReason::kNone) {
-      out.new_text += flush_text(r, config_.token_bytes);
-      if (r.stop_matcher.stopped()) r.finish_reason = FinishReason::kStop;
-      out.finished = true;
-      out.finish_reason = r.finish_reason;
-    }
+    if (c.num_drafts > 0) m.commit_drafts(c);
   }
   if (chunks.front().request->return_mtp_logits) {
     const Status mtp = m.run_mtp(chunks);
@@ -626,6 +678,61 @@ std::vector<RequestOutput> EngineCore::step() {
     DZ_CHECK(inv.ok(), "after step {}: {}", m.num_steps, inv.message());
   }
   return outputs;
+}
+
+void EngineCore::Impl::propose_drafts(const EngineConfig& config) {
+  const SpeculativeConfig& spec = config.speculative;
+  if (!spec.enabled() || scheduler->num_running() > spec.disable_by_batch_size) return;
+  const int64_t block_size = coordinator->block_size();
+  for (Request* r : scheduler->running()) {
+    // Decoding rows only: not a prefill, not the replay after a rollback, not a scoring request.
+    if (r->num_uncomputed() != 1 || r->num_computed_tokens < r->num_prompt_tokens ||
+        r->return_prompt_logits || r->return_mtp_logits ||
+        r->num_output_tokens() < static_cast<int64_t>(r->forced_output_token_ids.size()))
+      continue;
+    // Room for every draft and the token after them.
+    int64_t max_drafts =
+        std::min({spec.num_speculative_tokens(), r->max_tokens - r->num_output_tokens() - 1,
+                  config.max_model_len - r->num_tokens() - 1});
+    // A hybrid model's decode checkpoint is the state at a block boundary: the row stops there.
+    if (rollback_slot_base > 0 && coordinator->prefix_caching()) {
+      const int64_t last = r->num_tokens() - 1;
+      max_drafts = std::min(max_drafts, (last / block_size + 1) * block_size - last - 1);
+    }
+    if (max_drafts <= 0) continue;
+    if (config.propose_drafts_for_test) {
+      r->draft_tokens = config.propose_drafts_for_test(r->tokens, max_drafts);
+    } else {
+      NgramConfig ngram = spec.ngram;
+      ngram.num_speculative_tokens = static_cast<int32_t>(max_drafts);
+      r->draft_tokens = propose_ngram(r->tokens, ngram);
+    }
+    if (r->num_drafts() > max_drafts) r->draft_tokens.resize(static_cast<size_t>(max_drafts));
+    for (const int32_t id : r->draft_tokens)
+      DZ_CHECK(id >= 0 && id < vocab_size, "draft token {} outside the vocabulary", id);
+  }
+}
+
+void EngineCore::Impl::commit_drafts(const StepChunk& c) {
+  Request& r = *c.request;
+  // The position after the last token that is not a draft.
+  const int64_t first_draft = c.begin + c.num_tokens - c.num_drafts;
+  int64_t accepted = 0;
+  while (accepted < c.num_drafts && first_draft + accepted < r.num_tokens() &&
+         r.tokens[static_cast<size_t>(first_draft + accepted)] ==
+             r.draft_tokens[static_cast<size_t>(accepted)])
+    ++accepted;
+  ++spec_num_drafts;
+  spec_num_draft_tokens += c.num_drafts;
+  spec_num_accepted_tokens += accepted;
+  for (int64_t j = 0; j < accepted; ++j) ++spec_accepted_per_position[static_cast<size_t>(j)];
+  int64_t computed = first_draft + accepted;
+  if (rollback_slot_base > 0 && accepted < c.num_drafts) {
+    // The state has consumed rejected drafts: back to the chunk's start.
+    model->copy_state_slot(cache, rollback_slot(r), r.cache.state_slot);
+    computed = c.begin;
+  }
+  scheduler->commit_verified(r, computed);
 }
 
 Status EngineCore::Impl::run_mtp(std::span<StepChunk> chunks) {
@@ -688,6 +795,10 @@ EngineMetrics EngineCore::metrics() const {
   m.generation_tokens = impl_->generation_tokens;
   m.num_preemptions = scheduler.counters().num_preemptions;
   m.num_steps = impl_->num_steps;
+  m.spec_num_drafts = impl_->spec_num_drafts;
+  m.spec_num_draft_tokens = impl_->spec_num_draft_tokens;
+  m.spec_num_accepted_tokens = impl_->spec_num_accepted_tokens;
+  m.spec_accepted_per_position = impl_->spec_accepted_per_position;
   for (const Request* r : scheduler.running()) {
     m.live_tokens += r->num_computed_tokens;
     m.allocated_slots += static_cast<int64_t>(r->cache.block_table.size()) * config_.block_size;

@@ -615,6 +615,139 @@ TEST_P(EngineCoreTest, TwoHundredRandomRequestsOnATinyCacheAllFinishWithoutLeaks
   expect_nothing_held(*engine);
 }
 
+// Speculative decoding (docs/serving.md §4) must give plain decoding's tokens exactly. The test
+// proposer drafts the true greedy continuation with each draft replaced by a random token with
+// probability 1/4, so every acceptance length occurs; sampled requests mostly reject. The mix of
+// the tiny-cache test above (preemption, forks, prefix hits, priorities) runs with it, with an
+// EOS id that ends some requests inside an accepted row.
+TEST_P(EngineCoreTest, SpeculationGivesPlainDecodingsTokens) {
+  const char* seed_env = std::getenv("DZ_ENGINE_TEST_SEED");
+  const uint64_t seed = seed_env != nullptr ? std::stoull(seed_env) : (hybrid() ? 43 : 47);
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  std::mt19937_64 draft_rng(seed + 1);
+  const std::vector<int32_t> eos = {7};
+  RecordingLm model(hybrid());
+  EngineConfig config = small_config();
+  config.block_size = 4;
+  config.num_blocks = 1 + 48;
+  config.reserve_blocks = 3;
+  config.max_num_seqs = 6;
+  config.max_num_batched_tokens = 24;
+  config.state_checkpoint_interval = 8;
+  config.max_state_checkpoints = 6;
+  config.max_model_len = 120;
+  config.eos_token_ids = eos;
+  config.speculative.method = SpeculativeMethod::kNgram;
+  config.speculative.ngram.num_speculative_tokens = 3;
+  config.speculative.disable_by_batch_size = 6;
+  config.propose_drafts_for_test = [&](std::span<const int32_t> tokens, int64_t max_drafts) {
+    std::vector<int32_t> drafts = expected_tokens(tokens, {}, max_drafts, hybrid());
+    for (int32_t& d : drafts)
+      if (draft_rng() % 4 == 0) d = static_cast<int32_t>(draft_rng() % kFakeVocab);
+    return drafts;
+  };
+  auto engine = make_engine(model, config);
+  std::map<int64_t, GenerationRequest> requests;
+  std::map<int64_t, Collected> results;
+  int64_t next_id = 0;
+  auto submit = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      GenerationRequest r = greedy(random_tokens(rng, 1 + static_cast<int64_t>(rng() % 40)),
+                                   1 + static_cast<int64_t>(rng() % 40));
+      r.priority = static_cast<int32_t>(rng() % 3);
+      if (rng() % 3 == 0) {
+        r.sampling.temperature = 0.7f;
+        r.sampling.repetition_penalty = 1.1f;
+        r.sampling.seed = rng();
+      }
+      const int64_t num_choices = rng() % 6 == 0 ? 2 : 1;
+      std::vector<int64_t> ids;
+      for (int64_t c = 0; c < num_choices; ++c) {
+        requests[next_id] = r;
+        requests[next_id].choice_index = static_cast<uint32_t>(c);
+        ids.push_back(next_id++);
+      }
+      ASSERT_TRUE(
+          (num_choices == 1 ? engine->add_request(ids[0], r) : engine->add_choices(ids, r)).ok());
+    }
+  };
+  submit(20);
+  for (int64_t step = 0; engine->has_unfinished_requests() && step < 100000; ++step) {
+    collect(results, engine->step());
+    const Status inv = engine->check_invariants();
+    ASSERT_TRUE(inv.ok()) << inv.to_string();
+    if (step % 5 == 0 && next_id < 80) submit(3);
+  }
+  ASSERT_EQ(results.size(), requests.size());
+  int64_t preemptions = 0;
+  for (const auto& [id, r] : requests) {
+    ASSERT_TRUE(results[id].finished) << id;
+    EXPECT_TRUE(results[id].error.ok()) << results[id].error.to_string();
+    EXPECT_EQ(results[id].tokens, expected_tokens(r.prompt_token_ids, r.sampling, r.max_tokens,
+                                                  hybrid(), eos, r.choice_index))
+        << "request " << id;
+    preemptions += results[id].num_preemptions;
+  }
+  EXPECT_GT(preemptions, 0);
+  const EngineMetrics m = engine->metrics();
+  EXPECT_GT(m.spec_num_drafts, 50);
+  EXPECT_LT(m.spec_num_accepted_tokens, m.spec_num_draft_tokens);  // some rejected
+  ASSERT_EQ(m.spec_accepted_per_position.size(), 3u);
+  EXPECT_GT(m.spec_accepted_per_position[2], 0);  // and some rows accepted whole
+  EXPECT_GE(m.spec_accepted_per_position[0], m.spec_accepted_per_position[1]);
+  EXPECT_GE(m.spec_accepted_per_position[1], m.spec_accepted_per_position[2]);
+  EXPECT_EQ(m.spec_accepted_per_position[0] + m.spec_accepted_per_position[1] +
+                m.spec_accepted_per_position[2],
+            m.spec_num_accepted_tokens);
+  // Budget: no step over it, drafts included.
+  for (const auto& batch : model.batches) {
+    int64_t tokens = 0;
+    for (const auto& sq : batch) tokens += sq.num_tokens;
+    EXPECT_LE(tokens, config.max_num_batched_tokens);
+  }
+  expect_nothing_held(*engine);
+}
+
+TEST_P(EngineCoreTest, SpeculationBacksOffInLargeBatchesAndUsesTheNgramProposer) {
+  std::mt19937_64 rng(53);
+  // A prompt that repeats itself: the n-gram proposer finds drafts in it.
+  std::vector<int32_t> unit = random_tokens(rng, 6);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 5; ++i) prompt.insert(prompt.end(), unit.begin(), unit.end());
+  EngineConfig config = small_config();
+  config.speculative.method = SpeculativeMethod::kNgram;
+  config.speculative.ngram = {.min_n = 1, .max_n = 3, .num_speculative_tokens = 4};
+  config.speculative.disable_by_batch_size = 2;
+  {
+    RecordingLm model(hybrid());
+    auto engine = make_engine(model, config);
+    for (int64_t id = 0; id < 3; ++id)
+      ASSERT_TRUE(engine->add_request(id, greedy(prompt, 16)).ok());
+    auto results = run_to_end(*engine);
+    for (int64_t id = 0; id < 3; ++id)
+      EXPECT_EQ(results[id].tokens, expected_tokens(prompt, {}, 16, hybrid()));
+    EXPECT_EQ(engine->metrics().spec_num_drafts, 0);  // three running, all the way
+  }
+  RecordingLm model(hybrid());
+  auto engine = make_engine(model, config);
+  ASSERT_TRUE(engine->add_request(0, greedy(prompt, 40)).ok());
+  auto results = run_to_end(*engine);
+  EXPECT_EQ(results[0].tokens, expected_tokens(prompt, {}, 40, hybrid()));
+  EXPECT_GT(engine->metrics().spec_num_draft_tokens, 0);
+  expect_nothing_held(*engine);
+}
+
+TEST(EngineCore, SpeculativeMtpIsRefusedUntilBuilt) {
+  RecordingLm model(false);
+  EngineConfig config = small_config();
+  config.speculative.method = SpeculativeMethod::kMtp;
+  config.speculative.ngram.num_speculative_tokens = 1;
+  const auto engine = EngineCore::create(model, ExecContext{}, config);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_NE(engine.status().message().find("mtp"), std::string::npos);
+}
+
 TEST_P(EngineCoreTest, AbortFreesWaitingAndRunningRequests) {
   RecordingLm model(hybrid());
   EngineConfig config = small_config();

@@ -8,12 +8,14 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "dayzero/core/status.h"
 #include "dayzero/dist/comm.h"
 #include "dayzero/runtime/sampler.h"
+#include "dayzero/runtime/speculative_config.h"
 #include "dayzero/runtime/stop_strings.h"
 
 namespace dz::runtime {
@@ -46,6 +48,12 @@ struct EngineConfig {
   // Fault injection for tests: the process aborts when it is about to sample for a request with
   // this seed (a worker crash that a request causes, docs/serving.md §5.10).
   std::optional<uint64_t> crash_seed;
+  // Speculative decoding (docs/serving.md §4); method kNone: off.
+  SpeculativeConfig speculative;
+  // Tests: proposes the drafts instead of the method's proposer, given a request's tokens
+  // (prompt then output) and the most drafts it may have.
+  std::function<std::vector<int32_t>(std::span<const int32_t> tokens, int64_t max_drafts)>
+      propose_drafts_for_test;
   // Engine only: called on the loop thread after a step's outputs reached their streams (a worker
   // process forwards them then).
   std::function<void()> on_outputs;
@@ -121,6 +129,12 @@ struct EngineMetrics {
   // A multi-rank model's traffic so far (rank 0's, by layer and collective; the step
   // descriptions under dist::kStepLayer); empty in one process.
   std::map<dist::CommKey, dist::CommCounts> comm;
+  // Speculative decoding (vLLM's spec_decode metrics): verification rows with drafts, drafts
+  // verified, drafts accepted, and accepted by position (index j: the (j+1)-th draft of a row).
+  int64_t spec_num_drafts = 0;
+  int64_t spec_num_draft_tokens = 0;
+  int64_t spec_num_accepted_tokens = 0;
+  std::vector<int64_t> spec_accepted_per_position;
   // Set by a worker supervisor (0 in process): worker groups restarted after a failure, and
   // requests moved to a new group.
   int64_t worker_restarts = 0;

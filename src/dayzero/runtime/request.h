@@ -63,6 +63,9 @@ struct Request {
   bool return_prompt_logits = false;
   bool return_mtp_logits = false;
   std::vector<int32_t> forced_output_token_ids;
+  // Speculative decoding (docs/serving.md §4): the drafts proposed to follow tokens in this step,
+  // scheduled after the last token and verified by its logits; cleared by the step.
+  std::vector<int32_t> draft_tokens;
   // Positions below these were scored already (a recompute after preemption repeats none).
   int64_t num_prompt_logits_sent = 0;
   int64_t num_mtp_logits_sent = 0;
@@ -88,8 +91,9 @@ struct Request {
   int64_t num_given_tokens() const {
     return num_prompt_tokens + static_cast<int64_t>(forced_output_token_ids.size());
   }
-  // Tokens still to run through the model (the last sampled one included).
+  // Tokens still to run through the model (the last sampled one included; not the drafts).
   int64_t num_uncomputed() const { return num_tokens() - num_computed_tokens; }
+  int64_t num_drafts() const { return static_cast<int64_t>(draft_tokens.size()); }
 };
 
 }  // namespace dz::runtime

@@ -89,6 +89,7 @@ void Scheduler::preempt(Request* r) {
   // tokens, sampler and text state are kept.
   remove_running(r);
   cache_.free(r->cache);
+  r->draft_tokens.clear();
   r->num_computed_tokens = 0;
   r->status = RequestStatus::kWaiting;
   ++r->num_preemptions;
@@ -143,7 +144,8 @@ SchedulerOutput Scheduler::schedule() {
   // Running requests first, in (priority, arrival) order; the tail is the preemption victim.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request* r = running_[i];
-    int64_t n = clip_chunk(*r, r->num_computed_tokens, std::min(r->num_uncomputed(), budget));
+    int64_t n = clip_chunk(*r, r->num_computed_tokens,
+                           std::min(r->num_uncomputed() + r->num_drafts(), budget));
     if (n <= 0) {
       ++i;
       continue;
@@ -167,10 +169,19 @@ SchedulerOutput Scheduler::schedule() {
       }
     }
     if (preempted_self) continue;  // r was the tail: the loop ends
+    // Drafts go last: a clipped chunk verifies fewer.
+    r->draft_tokens.resize(static_cast<size_t>(std::max<int64_t>(0, n - r->num_uncomputed())));
     out.chunks.push_back({r, n});
     budget -= n;
     ++i;
   }
+
+  // Drafts of running requests that got no chunk are dropped (proposed again next step).
+  for (Request* r : running_)
+    if (!r->draft_tokens.empty() &&
+        std::none_of(out.chunks.begin(), out.chunks.end(),
+                     [r](const ScheduledChunk& c) { return c.request == r; }))
+      r->draft_tokens.clear();
 
   if (out.preempted_ids.empty()) {
     std::vector<Request*> skipped;
@@ -216,11 +227,22 @@ SchedulerOutput Scheduler::schedule() {
 void Scheduler::advance(const SchedulerOutput& output) {
   for (const ScheduledChunk& c : output.chunks) {
     Request& r = *c.request;
+    if (!r.draft_tokens.empty()) continue;  // commit_verified() after verification
     r.num_computed_tokens += c.num_tokens;
     DZ_CHECK(r.num_computed_tokens <= r.num_tokens(), "request {}: {} computed of {} tokens", r.id,
              r.num_computed_tokens, r.num_tokens());
     cache_.cache_full_blocks(r.cache, r.cache_tokens(), r.num_computed_tokens);
   }
+}
+
+void Scheduler::commit_verified(Request& r, int64_t num_computed_tokens) {
+  DZ_CHECK(num_computed_tokens >= r.num_computed_tokens && num_computed_tokens <= r.num_tokens(),
+           "request {}: commit of {} computed tokens (had {} of {})", r.id, num_computed_tokens,
+           r.num_computed_tokens, r.num_tokens());
+  r.draft_tokens.clear();
+  r.num_computed_tokens = num_computed_tokens;
+  cache_.trim(r.cache, r.num_tokens());
+  cache_.cache_full_blocks(r.cache, r.cache_tokens(), r.num_computed_tokens);
 }
 
 std::vector<Request*> Scheduler::fork_pending(Request& parent) {

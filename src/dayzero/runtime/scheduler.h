@@ -67,8 +67,13 @@ class Scheduler {
 
   SchedulerOutput schedule();
   // After a successful forward pass of `output`: num_computed_tokens += scheduled, newly full
-  // blocks registered, state checkpoints saved.
+  // blocks registered, state checkpoints saved; chunks with drafts wait for commit_verified().
   void advance(const SchedulerOutput& output);
+  // After the verification of a chunk with drafts, which advance() skips: the request has computed
+  // num_computed_tokens (its accepted drafts included; after a recurrent-state rollback, the
+  // chunk's start), its drafts are cleared, the blocks past its tokens are freed and the newly
+  // full blocks of committed tokens registered.
+  void commit_verified(Request& r, int64_t num_computed_tokens);
   // After advance(), for a request whose prompt is now computed for the first time: its pending
   // choices that could fork (blocks shared, partial block and state copied) now run with the
   // prompt computed and sample from the same logits; the others queue as requests of their own.
