@@ -26,13 +26,14 @@ differ and are not compared.
 
 import json
 import os
+import re
 import tempfile
 import time
 import unittest
 
 import numpy as np
 
-from cli_support import run_dayzero, skip_unless_built
+from cli_support import SOURCE_DIR, run_dayzero, skip_unless_built
 from dayzero_ref import make_tiny
 
 
@@ -44,6 +45,10 @@ MAX_TOKENS = 12
 LOGIT_TOLERANCE = 5e-3  # max |a − b| relative to max |alone|, see the docstring
 SAMPLE_TEMPERATURE = 0.8
 SYSTEM_LEN = 56  # 3 full blocks and a partial one
+DEMO_LOGIT_TOLERANCE = LOGIT_TOLERANCE  # of max |logit|, as for the tiny models
+DEMO_PROMPTS = ("Once upon a time there was a little girl", "The weather today is",
+                "In 1990 the company", "She opened the door and saw",
+                "The history of the city begins", "He said that the best way to learn")
 
 
 def test_prompt(arch, length):
@@ -119,6 +124,25 @@ class EngineCli(unittest.TestCase):
             compared += 1
         self.assertEqual(len(ours["tokens"]), len(ref["tokens"]), what)
 
+    def assert_same_until_a_near_tie(self, what, ours, ref, ours_logits, ref_logits, tolerance):
+        """For a model with small margins (the demo): logits within tolerance · max |ref| on
+        every compared row, tokens equal up to the first position where they differ, and there
+        the reference's logit gap between the two tokens below twice that bound."""
+        scale = np.abs(ref_logits).max()
+        worst = 0.0
+        for pos, token in enumerate(ref["tokens"]):
+            self.assertLess(pos, len(ours["tokens"]), f"{what}: output too short")
+            diff = np.abs(ours_logits[pos] - ref_logits[pos]).max()
+            worst = max(worst, diff / scale)
+            self.assertLess(diff, tolerance * scale, f"{what}: logits of token {pos}")
+            if ours["tokens"][pos] != token:
+                gap = ref_logits[pos][token] - ref_logits[pos][ours["tokens"][pos]]
+                self.assertLess(gap, 2 * tolerance * scale, f"{what}: token {pos} differs")
+                print(f"\n{what}: near-tie at token {pos} (gap {gap:.2e}); not compared further")
+                return worst
+        self.assertEqual(len(ours["tokens"]), len(ref["tokens"]), what)
+        return worst
+
     def assert_same_samples(self, what, ours, ref, ours_logits, ref_logits):
         """Identical tokens. The draw uses the same uniform in both runs, so a token can differ
         only with a probability of sum_j |CDF_ours(j) − CDF_ref(j)| (inverse CDF in id order),
@@ -174,6 +198,70 @@ class EngineCli(unittest.TestCase):
                 if arch in HYBRID:
                     self.assertTrue(any(ref[i]["tokens"] != ref[i + n]["tokens"]
                                         for i in range(n)))
+
+    def test_speculation_equals_plain_decoding(self):
+        """Speculative decoding (n-gram drafts) gives plain decoding's tokens: at batch 1 and with
+        16 sequences of different lengths in one batch, for every architecture and the demo
+        model. The reference is the plain run alone; tokens and logits are compared as batched vs
+        alone. Drafts get accepted and rejected: prompts P + O + P, with O the plain completion of
+        P, let the n-gram proposer draft O again after the second P (the tiny models continue a
+        token by its successor, so most of O comes again); prompts P alone draft little."""
+        spec = json.dumps({"method": "ngram", "num_speculative_tokens": 3,
+                           "prompt_lookup_min": 1, "prompt_lookup_max": 3,
+                           "disable_by_batch_size": 16})
+        for arch in (*ARCHS, "demo"):
+            with self.subTest(arch=arch):
+                if arch == "demo":  # text: the trained model copies what it read
+                    self.dirs.setdefault("demo", os.path.join(SOURCE_DIR, "models", "demo"))
+                    key = "prompt"
+                    prompts = list(DEMO_PROMPTS)
+                else:
+                    key = "prompt_token_ids"
+                    prompts = [test_prompt(arch, n) for n in LENGTHS]
+                first, _, _ = self.generate(arch, [{key: p} for p in prompts],
+                                            "--max-num-seqs", 1, "--no-prefix-caching",
+                                            "--repetition-penalty", 1, name="spec-first")
+                if arch == "demo":
+                    repeated = [f"{p}{o['text']} {p}" for p, o in zip(prompts, first)]
+                else:
+                    repeated = [p + o["tokens"] + p for p, o in zip(prompts, first)]
+                lines = ([{key: p} for p in repeated + prompts]
+                         + [{key: p, "temperature": SAMPLE_TEMPERATURE, "seed": 200 + i}
+                            for i, p in enumerate(repeated[:4])])
+                ref, ref_logits, _ = self.generate(arch, lines, "--max-num-seqs", 1,
+                                                   "--no-prefix-caching", "--repetition-penalty",
+                                                   1, name="spec-ref")
+                runs = {
+                    "batch 1": ("--max-num-seqs", 1, "--no-prefix-caching"),
+                    "batch 16": ("--max-num-seqs", 16, "--max-num-batched-tokens", 64),
+                }
+                for what, flags in runs.items():
+                    ours, ours_logits, stderr = self.generate(
+                        arch, lines, *flags, "--repetition-penalty", 1,
+                        "--speculative-config", spec, name="spec")
+                    summary = stderr.strip().splitlines()[-1]
+                    print(f"\n{arch} speculative {what}: {summary}")
+                    drafted = re.search(r"speculative: (\d+) drafts, (\d+) draft tokens, "
+                                        r"(\d+) accepted \((\d+)/(\d+)/(\d+) by position",
+                                        summary)
+                    self.assertIsNotNone(drafted, summary)
+                    draft_tokens, accepted, last = (int(drafted.group(k)) for k in (2, 3, 6))
+                    self.assertLess(accepted, draft_tokens, summary)  # some rejected
+                    self.assertGreater(accepted, 0, summary)
+                    if arch != "demo":  # decisive: the same tokens on every CPU
+                        self.assertGreater(last, 0, summary)  # some rows accepted whole
+                    if arch == "demo":  # small margins; sampled draws move with the rounding
+                        worst = max(self.assert_same_until_a_near_tie(
+                            f"{arch} {what} prompt {i}", ours[i], ref[i], ours_logits[i],
+                            ref_logits[i], DEMO_LOGIT_TOLERANCE) for i in range(12))
+                        print(f"demo {what}: worst logit difference {worst:.2e} of max |logit|")
+                        continue
+                    for i in range(12):
+                        self.assert_same_completion(f"{arch} {what} prompt {i}", ours[i], ref[i],
+                                                    ours_logits[i], ref_logits[i])
+                    for i in range(12, 16):
+                        self.assert_same_samples(f"{arch} {what} sampled prompt {i}", ours[i],
+                                                 ref[i], ours_logits[i], ref_logits[i])
 
     def test_prefix_cache_hit_equals_cold_run(self):
         for arch in ARCHS:

@@ -75,6 +75,11 @@ void add_engine_options(CLI::App& command, EngineArgs& args) {
       .add_option("--fault-nan-logits-seed", args.fault_nan_logits_seed,
                   "one NaN in the logits of requests with this sampling seed")
       ->group("");
+  command.add_option(
+      "--speculative-config", args.speculative_config,
+      "speculative decoding as JSON, vLLM's spelling: '{\"method\": \"ngram\", "
+      "\"num_speculative_tokens\": 3, \"prompt_lookup_min\": 2, \"prompt_lookup_max\": 4}' "
+      "(also \"disable_by_batch_size\", default 8: no drafts while more requests run)");
   command
       .add_option("--fault-crash-seed", args.fault_crash_seed,
                   "abort the process when sampling for a request with this seed")
@@ -124,6 +129,7 @@ Result<runtime::EngineConfig> engine_config(const ModelArgs& model, const Engine
   config.nan_logits_seed = e.fault_nan_logits_seed;
   config.crash_seed = e.fault_crash_seed;
   config.max_state_checkpoints = e.max_state_checkpoints;
+  DZ_ASSIGN_OR_RETURN(config.speculative, runtime::parse_speculative_config(e.speculative_config));
   // Checkpoints sit at block boundaries: the interval is rounded up to a multiple of the block.
   config.state_checkpoint_interval =
       (e.state_checkpoint_interval + config.block_size - 1) / config.block_size * config.block_size;

@@ -25,13 +25,15 @@ struct EngineArgs {
   int64_t max_state_checkpoints = -1;
   int64_t state_checkpoint_interval = 1024;  // rounded up to a multiple of the block size
   int64_t long_prefill_threshold = 0;
+  std::string speculative_config;                 // vLLM's --speculative-config JSON; empty: off
   std::optional<uint64_t> fault_nan_logits_seed;  // a test hook (EngineConfig::nan_logits_seed)
   std::optional<uint64_t> fault_crash_seed;       // a test hook (EngineConfig::crash_seed)
 };
 
 // --max-num-seqs, --max-num-batched-tokens, --num-blocks, --kv-cache-memory, --max-model-len,
 // --no-prefix-caching, --max-state-checkpoints, --state-checkpoint-interval,
-// --long-prefill-threshold (the caller adds --max-queued-requests where it means something).
+// --long-prefill-threshold, --speculative-config (the caller adds --max-queued-requests where it
+// means something).
 void add_engine_options(CLI::App& command, EngineArgs& args);
 
 // "512MiB", "2GiB", "64KiB" or a plain number of bytes.

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "dayzero/cli/engine_request.h"
@@ -158,12 +159,19 @@ Status run_prompts_file(const BatchGenerateArgs& args) {
                               ? static_cast<double>(metrics.prefix_hit_tokens) /
                                     static_cast<double>(metrics.prefix_query_tokens)
                               : 0.0;
+  const std::string speculative =
+      config.speculative.enabled()
+          ? fmt::format("; speculative: {} drafts, {} draft tokens, {} accepted ({} by position)",
+                        metrics.spec_num_drafts, metrics.spec_num_draft_tokens,
+                        metrics.spec_num_accepted_tokens,
+                        fmt::join(metrics.spec_accepted_per_position, "/"))
+          : std::string();
   spdlog::info(
       "{} requests ({} failed): {} prompt tokens, {} generated in {:.3f} s ({:.1f} tokens/s); {} "
-      "steps, {} preemptions, prefix cache hit rate {:.1f}%",
+      "steps, {} preemptions, prefix cache hit rate {:.1f}%{}",
       streams.size(), num_failed, num_prompt_tokens, num_generated, seconds,
       seconds > 0 ? static_cast<double>(num_generated) / seconds : 0.0, metrics.num_steps,
-      metrics.num_preemptions, 100.0 * hit_rate);
+      metrics.num_preemptions, 100.0 * hit_rate, speculative);
   if (num_failed > 0)
     return make_error(StatusCode::kInternal, "{} of {} requests failed (see their \"error\")",
                       num_failed, streams.size());

@@ -131,7 +131,8 @@ Status run(const GenerateArgs& args) {
   double decode_cpu = 0.0;
   double first_step_seconds = 0.0;
   double first_step_cpu = 0.0;
-  int64_t num_generated = 0;  // samples, an eos id included
+  int64_t num_generated = 0;     // outputs (engine steps that sampled), an eos id's included
+  int64_t num_first_tokens = 0;  // the first output's tokens (more than one never; kept exact)
   std::vector<int32_t> output_ids;
   DZ_RETURN_IF_ERROR(run_request(*engine, std::move(request), [&](runtime::RequestOutput& out) {
     const auto now = Clock::now();
@@ -148,6 +149,7 @@ Status run(const GenerateArgs& args) {
       decode_seconds += wall;
       decode_cpu += cpu - step_start_cpu;
     }
+    if (num_generated == 0) num_first_tokens = static_cast<int64_t>(out.new_token_ids.size());
     ++num_generated;
     output_ids.insert(output_ids.end(), out.new_token_ids.begin(), out.new_token_ids.end());
     write_out(out.new_text);
@@ -158,20 +160,30 @@ Status run(const GenerateArgs& args) {
   write_out("\n");
   const auto end = Clock::now();
   auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  const auto num_output = static_cast<int64_t>(output_ids.size());
   spdlog::info("prompt {} tokens in {:.3f} s; {} generated in {:.3f} s", num_prompt,
-               seconds(start, prefill_end), num_generated, seconds(prefill_end, end));
+               seconds(start, prefill_end), num_output, seconds(prefill_end, end));
   if (args.timing) {
-    const nlohmann::json timing = {{"prompt_tokens", num_prompt},
-                                   {"threads", ctx.num_threads},
-                                   {"prefill_s", seconds(start, prefill_end)},
-                                   {"prefill_cpu_s", prefill_cpu},
-                                   {"generated", num_generated},
-                                   {"decode_steps", num_generated - 1},
-                                   {"decode_s", decode_seconds},
-                                   {"decode_cpu_s", decode_cpu},
-                                   {"decode_first_step_s", first_step_seconds},
-                                   {"decode_first_step_cpu_s", first_step_cpu},
-                                   {"tokens", output_ids}};
+    const runtime::EngineMetrics metrics = engine->metrics();
+    nlohmann::json timing = {{"prompt_tokens", num_prompt},
+                             {"threads", ctx.num_threads},
+                             {"prefill_s", seconds(start, prefill_end)},
+                             {"prefill_cpu_s", prefill_cpu},
+                             // Tokens (an eos id not counted); with speculative
+                             // decoding a step may give several.
+                             {"generated", num_output},
+                             {"decode_steps", num_generated - 1},
+                             {"decode_tokens", num_output - num_first_tokens},
+                             {"decode_s", decode_seconds},
+                             {"decode_cpu_s", decode_cpu},
+                             {"decode_first_step_s", first_step_seconds},
+                             {"decode_first_step_cpu_s", first_step_cpu},
+                             {"tokens", output_ids}};
+    if (config.speculative.enabled())
+      timing["speculative"] = {{"drafts", metrics.spec_num_drafts},
+                               {"draft_tokens", metrics.spec_num_draft_tokens},
+                               {"accepted_tokens", metrics.spec_num_accepted_tokens},
+                               {"accepted_per_position", metrics.spec_accepted_per_position}};
     std::fprintf(stderr, "%s\n", timing.dump().c_str());
   }
   return Status::ok_status();
@@ -237,7 +249,7 @@ RunCommand add_generate_command(CLI::App& app) {
   auto* timing = command->add_flag(
       "--timing", args->timing,
       "print one JSON line on stderr: prefill and decode seconds (wall and process CPU), decode "
-      "steps and the generated token ids");
+      "steps and tokens (decode_tokens / decode_s is the decode rate) and the generated token ids");
   ignore_eos->excludes(prompts_file);
   timing->excludes(prompts_file);
   add_engine_options(*command, args->engine);

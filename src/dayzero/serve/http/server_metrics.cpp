@@ -79,6 +79,20 @@ void ServerMetrics::update_engine(const runtime::EngineMetrics& m) {
       .counter("prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
                l)
       .advance_to(static_cast<double>(m.prefix_hit_tokens));
+  // Speculative decoding (docs/serving.md §4), vLLM's names.
+  if (m.spec_num_drafts > 0 || !m.spec_accepted_per_position.empty()) {
+    registry_.counter("spec_decode_num_drafts_total", "Number of spec decoding drafts.", l)
+        .advance_to(static_cast<double>(m.spec_num_drafts));
+    registry_.counter("spec_decode_num_draft_tokens_total", "Number of draft tokens.", l)
+        .advance_to(static_cast<double>(m.spec_num_draft_tokens));
+    registry_.counter("spec_decode_num_accepted_tokens_total", "Number of accepted tokens.", l)
+        .advance_to(static_cast<double>(m.spec_num_accepted_tokens));
+    for (size_t pos = 0; pos < m.spec_accepted_per_position.size(); ++pos)
+      registry_
+          .counter("spec_decode_num_accepted_tokens_per_pos_total",
+                   "Accepted tokens per draft position.", labels("position", std::to_string(pos)))
+          .advance_to(static_cast<double>(m.spec_accepted_per_position[pos]));
+  }
   // Supervised serving (docs/serving.md §5.10).
   registry_.counter("worker_restarts_total", "Worker groups restarted after a failure.", l)
       .advance_to(static_cast<double>(m.worker_restarts));

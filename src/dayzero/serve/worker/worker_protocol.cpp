@@ -268,6 +268,10 @@ json encode_metrics(const runtime::EngineMetrics& m) {
           {"live_tokens", m.live_tokens},
           {"allocated_slots", m.allocated_slots},
           {"comm", std::move(comm)},
+          {"spec_num_drafts", m.spec_num_drafts},
+          {"spec_num_draft_tokens", m.spec_num_draft_tokens},
+          {"spec_num_accepted_tokens", m.spec_num_accepted_tokens},
+          {"spec_accepted_per_position", m.spec_accepted_per_position},
           {"worker_restarts", m.worker_restarts},
           {"requests_migrated", m.requests_migrated}};
 }
@@ -295,6 +299,10 @@ Result<runtime::EngineMetrics> decode_metrics(const json& j) {
           dist::CommCounts{.calls = c.at(2).get<int64_t>(),
                            .bytes_received = c.at(3).get<int64_t>(),
                            .bytes_sent = c.at(4).get<int64_t>()};
+    j.at("spec_num_drafts").get_to(m.spec_num_drafts);
+    j.at("spec_num_draft_tokens").get_to(m.spec_num_draft_tokens);
+    j.at("spec_num_accepted_tokens").get_to(m.spec_num_accepted_tokens);
+    j.at("spec_accepted_per_position").get_to(m.spec_accepted_per_position);
     j.at("worker_restarts").get_to(m.worker_restarts);
     j.at("requests_migrated").get_to(m.requests_migrated);
     return m;

@@ -146,6 +146,10 @@ TEST(WorkerProtocol, MetricsRoundTripEveryField) {
   a.allocated_slots = 13;
   a.comm[{.layer = 3, .op = dist::CommOp::kAllGather}] = {
       .calls = 14, .bytes_received = 15, .bytes_sent = 16};
+  a.spec_num_drafts = 19;
+  a.spec_num_draft_tokens = 20;
+  a.spec_num_accepted_tokens = 21;
+  a.spec_accepted_per_position = {22, 23};
   a.worker_restarts = 17;
   a.requests_migrated = 18;
   Result<runtime::EngineMetrics> b = decode_metrics(encode_metrics(a));
