@@ -183,7 +183,8 @@ Status run(const GenerateArgs& args) {
       timing["speculative"] = {{"drafts", metrics.spec_num_drafts},
                                {"draft_tokens", metrics.spec_num_draft_tokens},
                                {"accepted_tokens", metrics.spec_num_accepted_tokens},
-                               {"accepted_per_position", metrics.spec_accepted_per_position}};
+                               {"accepted_per_position", metrics.spec_accepted_per_position},
+                               {"rollback_bytes", metrics.spec_rollback_bytes}};
     std::fprintf(stderr, "%s\n", timing.dump().c_str());
   }
   return Status::ok_status();

@@ -799,6 +799,8 @@ EngineMetrics EngineCore::metrics() const {
   m.spec_num_draft_tokens = impl_->spec_num_draft_tokens;
   m.spec_num_accepted_tokens = impl_->spec_num_accepted_tokens;
   m.spec_accepted_per_position = impl_->spec_accepted_per_position;
+  if (impl_->rollback_slot_base > 0)
+    m.spec_rollback_bytes = config_.max_num_seqs * impl_->cache.state_bytes_per_slot();
   for (const Request* r : scheduler.running()) {
     m.live_tokens += r->num_computed_tokens;
     m.allocated_slots += static_cast<int64_t>(r->cache.block_table.size()) * config_.block_size;

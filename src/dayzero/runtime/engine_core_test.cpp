@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -736,6 +737,90 @@ TEST_P(EngineCoreTest, SpeculationBacksOffInLargeBatchesAndUsesTheNgramProposer)
   EXPECT_EQ(results[0].tokens, expected_tokens(prompt, {}, 40, hybrid()));
   EXPECT_GT(engine->metrics().spec_num_draft_tokens, 0);
   expect_nothing_held(*engine);
+}
+
+// Lossless sampling: 4000 seeded requests (temperature 1, three tokens) with greedy drafts,
+// which are accepted with the probability the target gives them. The histogram of the second
+// output token (drawn after a verified draft when one was accepted) equals plain decoding's
+// exactly, and both pass a chi-square test against the model's true marginal
+// Σ_t0 p(t0) p(t1 | t0) at p = 1e-5, bins with an expected count under 5 merged.
+TEST_P(EngineCoreTest, SpeculativeSamplingKeepsTheDistribution) {
+  constexpr int64_t kRequests = 4000;
+  const std::vector<int32_t> prompt = {3, 14, 15, 9, 26};
+  auto histogram = [&](bool speculative, int64_t* num_accepted) {
+    RecordingLm model(hybrid());
+    EngineConfig config = small_config();
+    config.num_blocks = 512;
+    if (speculative) {
+      config.speculative.method = SpeculativeMethod::kNgram;
+      config.speculative.ngram.num_speculative_tokens = 2;
+      config.propose_drafts_for_test = [&](std::span<const int32_t> tokens, int64_t max_drafts) {
+        return expected_tokens(tokens, {}, max_drafts, hybrid());
+      };
+    }
+    auto engine = make_engine(model, config);
+    std::vector<int64_t> counts(kFakeVocab, 0);
+    std::map<int64_t, Collected> results;
+    for (int64_t id = 0; id < kRequests; ++id) {
+      GenerationRequest r = greedy(prompt, 3);
+      r.sampling.temperature = 1.0f;
+      r.sampling.seed = static_cast<uint64_t>(id);
+      EXPECT_TRUE(engine->add_request(id, r).ok());
+      if (id % 64 == 63 || id == kRequests - 1) run_to_end(*engine, results);
+    }
+    for (const auto& [id, c] : results) {
+      EXPECT_EQ(c.tokens.size(), 3u) << id;
+      if (c.tokens.size() == 3) ++counts[static_cast<size_t>(c.tokens[1])];
+    }
+    *num_accepted = engine->metrics().spec_num_accepted_tokens;
+    return counts;
+  };
+  int64_t plain_accepted = 0, spec_accepted = 0;
+  const std::vector<int64_t> plain = histogram(false, &plain_accepted);
+  const std::vector<int64_t> spec = histogram(true, &spec_accepted);
+  EXPECT_EQ(spec, plain);
+  EXPECT_GT(spec_accepted, kRequests / 10);  // drafts really were verified and accepted
+
+  auto softmax = [](std::span<const int32_t> history, bool hybrid) {
+    std::vector<float> logits(kFakeVocab);
+    testing::fill_logits(testing::history_key(history, hybrid), logits.data());
+    std::vector<double> p(kFakeVocab);
+    const float top = *std::max_element(logits.begin(), logits.end());
+    double sum = 0.0;
+    for (int64_t v = 0; v < kFakeVocab; ++v) sum += p[v] = std::exp(double{logits[v]} - top);
+    for (double& x : p) x /= sum;
+    return p;
+  };
+  const std::vector<double> p0 = softmax(prompt, hybrid());
+  std::vector<double> expected(kFakeVocab, 0.0);
+  for (int32_t t0 = 0; t0 < kFakeVocab; ++t0) {
+    std::vector<int32_t> history = prompt;
+    history.push_back(t0);
+    const std::vector<double> p1 = softmax(history, hybrid());
+    for (int64_t v = 0; v < kFakeVocab; ++v) expected[v] += p0[t0] * p1[v] * kRequests;
+  }
+  double chi2 = 0.0, merged_observed = 0.0, merged_expected = 0.0;
+  int64_t bins = 0;
+  for (int64_t v = 0; v < kFakeVocab; ++v) {
+    if (expected[v] < 5.0) {
+      merged_observed += static_cast<double>(spec[v]);
+      merged_expected += expected[v];
+      continue;
+    }
+    chi2 += std::pow(static_cast<double>(spec[v]) - expected[v], 2) / expected[v];
+    ++bins;
+  }
+  if (merged_expected > 0.0) {
+    chi2 += std::pow(merged_observed - merged_expected, 2) / merged_expected;
+    ++bins;
+  }
+  // Wilson–Hilferty: the chi-square quantile at 1 − 1e-5 (z = 4.265) for bins − 1 degrees.
+  const double df = static_cast<double>(bins - 1);
+  const double critical =
+      df * std::pow(1.0 - 2.0 / (9.0 * df) + 4.265 * std::sqrt(2.0 / (9.0 * df)), 3);
+  std::printf("chi-square %.1f over %lld bins (critical %.1f); %lld drafts accepted\n", chi2,
+              static_cast<long long>(bins), critical, static_cast<long long>(spec_accepted));
+  EXPECT_LT(chi2, critical);
 }
 
 TEST(EngineCore, SpeculativeMtpIsRefusedUntilBuilt) {

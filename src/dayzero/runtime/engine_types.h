@@ -135,6 +135,9 @@ struct EngineMetrics {
   int64_t spec_num_draft_tokens = 0;
   int64_t spec_num_accepted_tokens = 0;
   std::vector<int64_t> spec_accepted_per_position;
+  // The memory speculation keeps for rollback: one recurrent state per running request of a
+  // hybrid model (0 otherwise: rejected KV rows are overwritten later).
+  int64_t spec_rollback_bytes = 0;
   // Set by a worker supervisor (0 in process): worker groups restarted after a failure, and
   // requests moved to a new group.
   int64_t worker_restarts = 0;

@@ -57,6 +57,15 @@ Result<std::unique_ptr<ServingModel>> load_serving_model(
   }
   DZ_ASSIGN_OR_RETURN(m->model, config.load_model());
   DZ_ASSIGN_OR_RETURN(m->engine, runtime::Engine::create(*m->model, config.exec, engine));
+  if (engine.speculative.enabled()) {
+    const runtime::SpeculativeConfig& spec = engine.speculative;
+    spdlog::info(
+        "speculative decoding: {} with up to {} drafts (prompt lookup {}..{}), none while more "
+        "than {} requests run; rollback keeps {:.1f} MiB",
+        runtime::method_name(spec.method), spec.num_speculative_tokens(), spec.ngram.min_n,
+        spec.ngram.max_n, spec.disable_by_batch_size,
+        static_cast<double>(m->engine->metrics().spec_rollback_bytes) / (1 << 20));
+  }
   return m;
 }
 

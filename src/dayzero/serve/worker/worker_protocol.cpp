@@ -272,6 +272,7 @@ json encode_metrics(const runtime::EngineMetrics& m) {
           {"spec_num_draft_tokens", m.spec_num_draft_tokens},
           {"spec_num_accepted_tokens", m.spec_num_accepted_tokens},
           {"spec_accepted_per_position", m.spec_accepted_per_position},
+          {"spec_rollback_bytes", m.spec_rollback_bytes},
           {"worker_restarts", m.worker_restarts},
           {"requests_migrated", m.requests_migrated}};
 }
@@ -303,6 +304,7 @@ Result<runtime::EngineMetrics> decode_metrics(const json& j) {
     j.at("spec_num_draft_tokens").get_to(m.spec_num_draft_tokens);
     j.at("spec_num_accepted_tokens").get_to(m.spec_num_accepted_tokens);
     j.at("spec_accepted_per_position").get_to(m.spec_accepted_per_position);
+    j.at("spec_rollback_bytes").get_to(m.spec_rollback_bytes);
     j.at("worker_restarts").get_to(m.worker_restarts);
     j.at("requests_migrated").get_to(m.requests_migrated);
     return m;

@@ -150,6 +150,7 @@ TEST(WorkerProtocol, MetricsRoundTripEveryField) {
   a.spec_num_draft_tokens = 20;
   a.spec_num_accepted_tokens = 21;
   a.spec_accepted_per_position = {22, 23};
+  a.spec_rollback_bytes = 24;
   a.worker_restarts = 17;
   a.requests_migrated = 18;
   Result<runtime::EngineMetrics> b = decode_metrics(encode_metrics(a));
