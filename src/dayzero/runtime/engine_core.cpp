@@ -67,9 +67,12 @@ Status check_config(const EngineConfig& c, int64_t vocab_size) {
   for (const int32_t id : c.eos_token_ids)
     if (id < 0 || id >= vocab_size)
       return bad("eos_token_ids", id, fmt::format("in [0, {})", vocab_size));
-  if (c.speculative.method == SpeculativeMethod::kMtp)
+  if (c.speculative.method == SpeculativeMethod::kMtp &&
+      c.speculative.num_speculative_tokens() != 1)
     return make_error(StatusCode::kUnsupported,
-                      "--speculative-config: method \"mtp\" is not built yet; use \"ngram\"");
+                      "--speculative-config: num_speculative_tokens = {} with method \"mtp\": the "
+                      "MTP head is not chained yet, so it drafts 1 token",
+                      c.speculative.num_speculative_tokens());
   if (c.speculative.enabled()) DZ_RETURN_IF_ERROR(validate_ngram_config(c.speculative.ngram));
   return Status::ok_status();
 }
@@ -129,6 +132,7 @@ struct StepChunk {
   int64_t begin = 0;  // its first position
   int64_t num_tokens = 0;
   int64_t num_drafts = 0;       // the chunk's last num_drafts tokens are drafts to verify
+  int64_t first_token = 0;      // its first row in the forward batch
   int64_t first_row = 0;        // in the main model's logits: prompt rows, then the sampled one
   int64_t num_prompt_rows = 0;  // return_prompt_logits
   bool sampled = false;     // the chunk reaches the last token: its last 1 + num_drafts rows sample
@@ -171,6 +175,10 @@ struct EngineCore::Impl {
   // After a chunk's verification: commits the accepted drafts, or rolls the recurrent state back
   // to the chunk's start when a draft was rejected (the accepted tokens run again next step).
   void commit_drafts(const StepChunk& c);
+  // Speculative method "mtp": the MTP head over the whole batch that just ran (its cache records
+  // for every position, as the head needs its own history), then a greedy draft from the row of
+  // each sampled request's last computed position, for the token after the one just sampled.
+  Status run_mtp_drafts(std::span<StepChunk> chunks);
 
   // The MTP head over the step's first chunks (those of requests with return_mtp_logits), right
   // after the forward pass that kept the main model's state; fills their new_mtp_logits.
@@ -194,6 +202,10 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CausalLm& model,
                                                        const EngineConfig& config) {
   const int64_t vocab_size = model.vocab_size();
   DZ_RETURN_IF_ERROR(check_config(config, vocab_size));
+  if (config.speculative.method == SpeculativeMethod::kMtp && !model.has_mtp())
+    return make_error(StatusCode::kInvalidArgument,
+                      "--speculative-config: method \"mtp\" needs a model with an MTP head, and "
+                      "this checkpoint has none (num_nextn_predict_layers 0); use \"ngram\"");
   const std::vector<model::LayerCacheSpec> layers = model.cache_layers();
   const bool recurrent = std::any_of(layers.begin(), layers.end(),
                                      [](const auto& spec) { return spec.kda.num_heads > 0; });
@@ -339,6 +351,10 @@ Status EngineCore::validate_request(const GenerationRequest& request) const {
   }
   if (request.return_mtp_logits && !impl_->model->has_mtp())
     return make_error(StatusCode::kUnsupported, "return_mtp_logits: the model has no MTP head");
+  if (request.return_mtp_logits && config_.speculative.method == SpeculativeMethod::kMtp)
+    return make_error(StatusCode::kInvalidArgument,
+                      "return_mtp_logits: not with the speculative method \"mtp\", whose head runs "
+                      "over every step");
   // A prefix-cache hit computes no logits (and no MTP head records) for the positions it serves.
   if (request.return_prompt_logits && config_.enable_prefix_caching)
     return make_error(StatusCode::kInvalidArgument,
@@ -533,6 +549,7 @@ std::vector<RequestOutput> EngineCore::step() {
     chunk.begin = r.num_computed_tokens;
     chunk.num_tokens = c.num_tokens;
     chunk.num_drafts = r.num_drafts();
+    chunk.first_token = first_token;
     chunk.first_row = static_cast<int64_t>(m.logits_rows.size());
     const int64_t end = chunk.begin + c.num_tokens;
     if (r.return_prompt_logits) {
@@ -655,8 +672,18 @@ std::vector<RequestOutput> EngineCore::step() {
       }
       if (i == c.num_drafts || sample.token != r.draft_tokens[static_cast<size_t>(i)]) break;
     }
-    if (c.num_drafts > 0) m.commit_drafts(c);
   }
+  if (config_.speculative.method == SpeculativeMethod::kMtp) {
+    // Before the commits trim the tables: the head's batch is the one that ran, drafts included.
+    const Status mtp = m.run_mtp_drafts(std::span<StepChunk>(chunks).first(spans.size()));
+    if (!mtp.ok())
+      for (size_t i = 0; i < spans.size(); ++i) {
+        chunks[i].out.finished = true;
+        chunks[i].out.error = mtp;
+      }
+  }
+  for (const StepChunk& c : chunks)
+    if (c.num_drafts > 0) m.commit_drafts(c);
   if (chunks.front().request->return_mtp_logits) {
     const Status mtp = m.run_mtp(chunks);
     if (!mtp.ok())
@@ -702,6 +729,8 @@ void EngineCore::Impl::propose_drafts(const EngineConfig& config) {
     if (max_drafts <= 0) continue;
     if (config.propose_drafts_for_test) {
       r->draft_tokens = config.propose_drafts_for_test(r->tokens, max_drafts);
+    } else if (spec.method == SpeculativeMethod::kMtp) {
+      if (r->mtp_draft_position == r->num_tokens()) r->draft_tokens = {r->mtp_draft};
     } else {
       NgramConfig ngram = spec.ngram;
       ngram.num_speculative_tokens = static_cast<int32_t>(max_drafts);
@@ -733,6 +762,42 @@ void EngineCore::Impl::commit_drafts(const StepChunk& c) {
     computed = c.begin;
   }
   scheduler->commit_verified(r, computed);
+}
+
+Status EngineCore::Impl::run_mtp_drafts(std::span<StepChunk> chunks) {
+  std::vector<BatchSpan> spans;
+  std::vector<int64_t> rows;
+  std::vector<Request*> drafting;
+  for (const StepChunk& c : chunks) {
+    Request& r = *c.request;
+    spans.push_back({.request = &r, .begin = c.begin, .num_tokens = c.num_tokens});
+    if (!c.sampled || c.out.finished) continue;
+    // The row of the position before the token just sampled predicts the token after it.
+    const int64_t position = r.num_tokens() - 2;
+    DZ_CHECK(position >= c.begin && position < c.begin + c.num_tokens,
+             "request {}: MTP draft row {} outside its chunk", r.id, position);
+    rows.push_back(c.first_token + position - c.begin);
+    drafting.push_back(&r);
+  }
+  // Position p feeds its successor; past the committed tokens (rejected drafts, an eos id) any
+  // valid id does, as those records are written again before anything reads them.
+  const model::ForwardBatch mtp_batch = make_batch(
+      spans, coordinator->block_size(),
+      [&](size_t s, int64_t pos) {
+        const std::vector<int32_t>& tokens = spans[s].request->tokens;
+        const auto next = static_cast<size_t>(pos + 1);
+        return next < tokens.size() ? tokens[next] : std::max(chunks[s].next_token, 0);
+      },
+      mtp_batch_buffers);
+  const auto vocab = static_cast<size_t>(vocab_size);
+  mtp_logits.resize(rows.size() * vocab);
+  DZ_RETURN_IF_ERROR(model->forward_mtp(ctx, mtp_batch, cache, rows, mtp_logits.data(), nullptr));
+  for (size_t i = 0; i < drafting.size(); ++i) {
+    const float* row = mtp_logits.data() + i * vocab;
+    drafting[i]->mtp_draft = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+    drafting[i]->mtp_draft_position = drafting[i]->num_tokens();
+  }
+  return Status::ok_status();
 }
 
 Status EngineCore::Impl::run_mtp(std::span<StepChunk> chunks) {

@@ -823,14 +823,57 @@ TEST_P(EngineCoreTest, SpeculativeSamplingKeepsTheDistribution) {
   EXPECT_LT(chi2, critical);
 }
 
-TEST(EngineCore, SpeculativeMtpIsRefusedUntilBuilt) {
-  RecordingLm model(false);
+// The MTP proposer: the fake head's row for position t is the main model's logits of position
+// t + 1 (plain model), so its greedy draft is the next greedy token and greedy requests accept
+// every draft; on the hybrid fake the head ignores the state and drafts are mostly rejected.
+TEST_P(EngineCoreTest, SpeculationWithTheMtpHead) {
+  const uint64_t seed = hybrid() ? 59 : 61;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  RecordingLm model(hybrid());
+  model.with_mtp = true;
   EngineConfig config = small_config();
   config.speculative.method = SpeculativeMethod::kMtp;
   config.speculative.ngram.num_speculative_tokens = 1;
-  const auto engine = EngineCore::create(model, ExecContext{}, config);
-  ASSERT_FALSE(engine.ok());
-  EXPECT_NE(engine.status().message().find("mtp"), std::string::npos);
+  auto engine = make_engine(model, config);
+  std::map<int64_t, GenerationRequest> requests;
+  for (int64_t id = 0; id < 12; ++id) {
+    GenerationRequest r = greedy(random_tokens(rng, 1 + static_cast<int64_t>(rng() % 50)),
+                                 2 + static_cast<int64_t>(rng() % 30));
+    if (id % 3 == 2) {
+      r.sampling.temperature = 0.8f;
+      r.sampling.seed = rng();
+    }
+    requests[id] = r;
+    ASSERT_TRUE(engine->add_request(id, r).ok());
+  }
+  auto results = run_to_end(*engine);
+  for (const auto& [id, r] : requests)
+    EXPECT_EQ(results[id].tokens, expected_tokens(r.prompt_token_ids, r.sampling, r.max_tokens,
+                                                  hybrid(), {}, r.choice_index))
+        << "request " << id;
+  const EngineMetrics m = engine->metrics();
+  std::printf("%lld drafts, %lld accepted\n", static_cast<long long>(m.spec_num_drafts),
+              static_cast<long long>(m.spec_num_accepted_tokens));
+  EXPECT_GT(m.spec_num_drafts, 20);
+  EXPECT_GT(model.num_mtp_calls, 0);
+  if (!hybrid()) {
+    EXPECT_GT(m.spec_num_accepted_tokens, m.spec_num_drafts / 2);
+  }
+  expect_nothing_held(*engine);
+
+  // Refused: no MTP head, a chain of drafts, MTP logits asked beside it.
+  RecordingLm plain(hybrid());
+  EXPECT_FALSE(EngineCore::create(plain, ExecContext{}, config).ok());
+  EngineConfig two = config;
+  two.speculative.ngram.num_speculative_tokens = 2;
+  const auto chained = EngineCore::create(model, ExecContext{}, two);
+  ASSERT_FALSE(chained.ok());
+  EXPECT_NE(chained.status().message().find("num_speculative_tokens"), std::string::npos);
+  GenerationRequest scored = greedy({1, 2, 3}, 2);
+  scored.return_mtp_logits = true;
+  scored.forced_output_token_ids = {4, 5};
+  EXPECT_FALSE(engine->validate_request(scored).ok());
 }
 
 TEST_P(EngineCoreTest, AbortFreesWaitingAndRunningRequests) {
