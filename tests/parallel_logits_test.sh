@@ -136,6 +136,40 @@ cmp -s "$work/gen1.txt" "$work/gen2.txt" ||
 cmp -s "$work/gen1.txt" "$work/gen4.txt" ||
   fail "generate at tp 2 x ep 2: $(cat "$work/gen4.txt") vs $(cat "$work/gen1.txt")"
 echo "generate at tp 2 and tp 2 x ep 2: the same greedy text as one process"
+
+# Speculative decoding under a plan (docs/serving.md §4): the chained MTP head of deepseek_v32 (its
+# two calls a step on every rank) at tp 2 and tp 2 x ep 2, and n-gram drafts on the demo model,
+# whose recurrent-state rollback copies are cache edits every rank repeats: greedy tokens equal one
+# process without speculation.
+"$python" - "$work/spec.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for seed in range(4):
+        ids = [(seed * 37 + 11 * i) % 200 + 3 for i in range(12 + 5 * seed)]
+        f.write(json.dumps({"prompt_token_ids": ids + ids, "max_tokens": 12, "temperature": 0}) + "\n")
+PY
+spec_tokens() {  # spec_tokens OUT RANKS FLAGS...: the token ids of every line
+  local out=$1 ranks=$2
+  shift 2
+  local cmd=("$dayzero" generate --prompts-file "$work/spec.jsonl" --threads 1
+             --num-blocks 64 --block-size 16 "$@")
+  [ "$ranks" -gt 1 ] && cmd=("${mpirun[@]}" -np "$ranks" "${cmd[@]}")
+  "${cmd[@]}" 2>"$out.log" | "$python" -c "import json, sys; print([json.loads(l)['tokens'] for l in sys.stdin])" >"$out"
+}
+mtp='{"method": "mtp", "num_speculative_tokens": 2}'
+spec_tokens "$work/v32-1" 1 --model "$work/deepseek_v32"
+for plan in "2 --tp 2" "4 --tp 2 --ep 2"; do
+  # shellcheck disable=SC2086
+  spec_tokens "$work/v32-n" "${plan%% *}" --model "$work/deepseek_v32" ${plan#* } --speculative-config "$mtp"
+  cmp -s "$work/v32-1" "$work/v32-n" || fail "MTP speculation at ${plan#* }: $(cat "$work/v32-n") vs $(cat "$work/v32-1")"
+  grep -q "speculative: [1-9][0-9]* drafts" "$work/v32-n.log" || fail "no MTP drafts: $(cat "$work/v32-n.log")"
+done
+ngram='{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3}'
+spec_tokens "$work/demo-1" 1 --model "$demo"
+spec_tokens "$work/demo-2" 2 --model "$demo" --tp 2 --speculative-config "$ngram"
+cmp -s "$work/demo-1" "$work/demo-2" || fail "n-gram speculation at tp 2: $(cat "$work/demo-2") vs $(cat "$work/demo-1")"
+grep -q "speculative: [1-9][0-9]* drafts" "$work/demo-2.log" || fail "no n-gram drafts: $(cat "$work/demo-2.log")"
+echo "speculative decoding (MTP at tp 2 and tp 2 x ep 2, n-gram on the demo at tp 2): the greedy tokens of one process"
 head -c 2000 "$DZ_SOURCE_DIR/README.md" >"$work/text.txt"
 ppl=(perplexity --model "$demo" --file "$work/text.txt" --context 96 --max-windows 2 --threads 1 --json)
 "$dayzero" --log-level warn "${ppl[@]}" >"$work/ppl1.json"

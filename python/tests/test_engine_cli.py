@@ -237,8 +237,8 @@ class EngineCli(unittest.TestCase):
                     "batch 16": ("--max-num-seqs", 16, "--max-num-batched-tokens", 64),
                 }
                 methods = {"ngram": spec}
-                if arch == "deepseek_v32":  # its MTP layer drafts one token
-                    methods["mtp"] = json.dumps({"method": "mtp", "num_speculative_tokens": 1,
+                if arch == "deepseek_v32":  # its MTP layer, chained once: two drafts
+                    methods["mtp"] = json.dumps({"method": "mtp", "num_speculative_tokens": 2,
                                                  "disable_by_batch_size": 16})
                 for (what, flags), (method, config) in itertools.product(runs.items(),
                                                                         methods.items()):

@@ -22,6 +22,11 @@ Status CausalLm::forward_mtp(const ExecContext&, const ForwardBatch&, KvCache&,
   return make_error(StatusCode::kUnsupported, "this model has no multi-token-prediction head");
 }
 
+Status CausalLm::forward_mtp_chain(const ExecContext&, const ForwardBatch&, KvCache&, float*,
+                                   TapSink*) {
+  return make_error(StatusCode::kUnsupported, "this model has no chained multi-token prediction");
+}
+
 Result<std::unique_ptr<CausalLm>> load_causal_lm(const std::string& dir,
                                                  const ModelOptions& options) {
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<Architecture> arch, load_model_config(dir));

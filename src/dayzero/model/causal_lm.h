@@ -78,6 +78,13 @@ class CausalLm {
   virtual Status forward_mtp(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
                              std::span<const int64_t> logits_rows, float* out_logits,
                              TapSink* taps);
+  // The MTP head chained one position on (speculative decoding with more than one draft): token
+  // i of `batch` (one token per sequence) is fed at the position after the one of the i-th
+  // logits row of the last forward_mtp() or forward_mtp_chain(), and that row's MTP output
+  // stands in for the main model's state. Writes the head's cache records at those positions and
+  // fills out_logits [batch tokens, vocab]. kUnsupported without a head or where not built.
+  virtual Status forward_mtp_chain(const ExecContext& ctx, const ForwardBatch& batch,
+                                   KvCache& cache, float* out_logits, TapSink* taps);
 
   // What a model over several ranks exchanged so far, by layer and collective (rank 0's view);
   // null in one process.

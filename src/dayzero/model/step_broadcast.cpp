@@ -17,7 +17,21 @@ namespace {
 // edits since the last message (kind, from, to, rows each), then for a forward the batch: token
 // count, sequence count, logits row count, block size, the token ids, positions and slots, per
 // sequence (token_begin, num_tokens, pos_begin, state_slot, table length, table), the rows.
-enum StepKind : int64_t { kForward, kForwardMtp, kCache, kStop };
+enum StepKind : int64_t { kForward, kForwardMtp, kForwardMtpChain, kCache, kStop };
+
+// The model call of a forward kind (a chain's logits rows are all its tokens, in order).
+Status run_forward(CausalLm& model, int64_t kind, const ExecContext& ctx, const ForwardBatch& batch,
+                   KvCache& cache, std::span<const int64_t> rows, float* out_logits,
+                   TapSink* taps) {
+  switch (kind) {
+    case kForwardMtp:
+      return model.forward_mtp(ctx, batch, cache, rows, out_logits, taps);
+    case kForwardMtpChain:
+      return model.forward_mtp_chain(ctx, batch, cache, out_logits, taps);
+    default:
+      return model.forward(ctx, batch, cache, rows, out_logits, taps);
+  }
+}
 
 enum class Edit : int64_t { kBlockRows, kStateSlot };
 constexpr int64_t kNumbersPerEdit = 4;
@@ -162,15 +176,14 @@ void gather_group_logits(dist::Comm& comm, const ParallelPlan& plan,
 // One step of a data-parallel plan on any rank: this rank's group's part, then the logits to
 // rank 0 (also after a failed forward, so that no rank waits for another).
 Status run_group_step(CausalLm& model, dist::Comm& comm, const ParallelPlan& plan,
-                      const ExecContext& ctx, bool mtp, const ForwardBatch& batch, KvCache& cache,
-                      std::span<const int64_t> rows, std::span<const int64_t> groups,
-                      float* out_logits, TapSink* taps) {
+                      const ExecContext& ctx, int64_t kind, const ForwardBatch& batch,
+                      KvCache& cache, std::span<const int64_t> rows,
+                      std::span<const int64_t> groups, float* out_logits, TapSink* taps) {
   const GroupStep step(batch, rows, groups, plan.ep_rank(comm.rank()));
   const int64_t vocab = model.vocab_size();
   std::vector<float> mine(step.rows.size() * static_cast<size_t>(vocab));
   const Status status =
-      mtp ? model.forward_mtp(ctx, step.batch, cache, step.rows, mine.data(), taps)
-          : model.forward(ctx, step.batch, cache, step.rows, mine.data(), taps);
+      run_forward(model, kind, ctx, step.batch, cache, step.rows, mine.data(), taps);
   gather_group_logits(comm, plan, step.row_groups, vocab, mine.data(), out_logits);
   return status;
 }
@@ -276,22 +289,28 @@ void StepLeader::send(int64_t kind, const KvCache* cache, const ForwardBatch* ba
 
 Status StepLeader::forward(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
                            std::span<const int64_t> logits_rows, float* out_logits, TapSink* taps) {
-  return step(false, ctx, batch, cache, logits_rows, out_logits, taps);
+  return step(kForward, ctx, batch, cache, logits_rows, out_logits, taps);
 }
 
 Status StepLeader::forward_mtp(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
                                std::span<const int64_t> logits_rows, float* out_logits,
                                TapSink* taps) {
-  return step(true, ctx, batch, cache, logits_rows, out_logits, taps);
+  return step(kForwardMtp, ctx, batch, cache, logits_rows, out_logits, taps);
 }
 
-Status StepLeader::step(bool mtp, const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
-                        std::span<const int64_t> logits_rows, float* out_logits, TapSink* taps) {
-  const int64_t kind = mtp ? kForwardMtp : kForward;
+Status StepLeader::forward_mtp_chain(const ExecContext& ctx, const ForwardBatch& batch,
+                                     KvCache& cache, float* out_logits, TapSink* taps) {
+  std::vector<int64_t> rows(static_cast<size_t>(batch.num_tokens()));
+  std::iota(rows.begin(), rows.end(), int64_t{0});
+  return step(kForwardMtpChain, ctx, batch, cache, rows, out_logits, taps);
+}
+
+Status StepLeader::step(int64_t kind, const ExecContext& ctx, const ForwardBatch& batch,
+                        KvCache& cache, std::span<const int64_t> logits_rows, float* out_logits,
+                        TapSink* taps) {
   if (plan_.ep == 1) {
     send(kind, &cache, &batch, logits_rows);
-    return mtp ? model_->forward_mtp(ctx, batch, cache, logits_rows, out_logits, taps)
-               : model_->forward(ctx, batch, cache, logits_rows, out_logits, taps);
+    return run_forward(*model_, kind, ctx, batch, cache, logits_rows, out_logits, taps);
   }
   // Refused here, before any rank starts: a step refused by one group only would leave the
   // others waiting in its MoE exchanges.
@@ -300,7 +319,7 @@ Status StepLeader::step(bool mtp, const ExecContext& ctx, const ForwardBatch& ba
   // An MTP batch's sequences keep the groups of the forward before it (the same first blocks).
   const std::vector<int64_t> groups = assign_groups(batch, cache);
   send(kind, &cache, &batch, logits_rows, groups);
-  return run_group_step(*model_, comm_, plan_, ctx, mtp, batch, cache, logits_rows, groups,
+  return run_group_step(*model_, comm_, plan_, ctx, kind, batch, cache, logits_rows, groups,
                         out_logits, taps);
 }
 
@@ -384,16 +403,15 @@ void follow_steps(CausalLm& model, dist::Comm& comm, const ExecContext& ctx,
     batch.slot_mapping = f.slots;
     if (plan.ep > 1) {
       in.read(f.groups, num_seqs);
-      const Status status = run_group_step(model, comm, plan, ctx, kind == kForwardMtp, batch,
-                                           cache, f.rows, f.groups, nullptr, nullptr);
+      const Status status = run_group_step(model, comm, plan, ctx, kind, batch, cache, f.rows,
+                                           f.groups, nullptr, nullptr);
       if (!status.ok()) spdlog::debug("rank {}: step failed: {}", comm.rank(), status.to_string());
       continue;
     }
     f.logits.resize(static_cast<size_t>(num_rows * model.vocab_size()));
     // Rank 0 reports a failed step; here it only must not stop following.
     const Status status =
-        kind == kForward ? model.forward(ctx, batch, cache, f.rows, f.logits.data(), nullptr)
-                         : model.forward_mtp(ctx, batch, cache, f.rows, f.logits.data(), nullptr);
+        run_forward(model, kind, ctx, batch, cache, f.rows, f.logits.data(), nullptr);
     if (!status.ok()) spdlog::debug("rank {}: step failed: {}", comm.rank(), status.to_string());
   }
 }

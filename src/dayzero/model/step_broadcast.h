@@ -51,6 +51,8 @@ class StepLeader final : public CausalLm {
   Status forward_mtp(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
                      std::span<const int64_t> logits_rows, float* out_logits,
                      TapSink* taps) override;
+  Status forward_mtp_chain(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
+                           float* out_logits, TapSink* taps) override;
   void cache_created(KvCache& cache) override;
   // Made on every rank in the order given, when the next step (or cache) message goes out: under
   // context parallelism a copy between two ranks' blocks is a collective.
@@ -59,8 +61,9 @@ class StepLeader final : public CausalLm {
   void copy_state_slot(KvCache& cache, int32_t from, int32_t to) override;
 
  private:
-  // forward() or forward_mtp() on every rank.
-  Status step(bool mtp, const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
+  // forward(), forward_mtp() or forward_mtp_chain() (kind, model/step_broadcast.cpp) on every
+  // rank.
+  Status step(int64_t kind, const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
               std::span<const int64_t> logits_rows, float* out_logits, TapSink* taps);
   // Broadcasts one step description: kind (model/step_broadcast.cpp), and what a forward needs.
   void send(int64_t kind, const KvCache* cache, const ForwardBatch* batch,

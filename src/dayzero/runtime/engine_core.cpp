@@ -39,6 +39,10 @@ std::string cache_format(std::span<const model::LayerCacheSpec> layers, int64_t 
   return format + fmt::format(";B={}", block_size);
 }
 
+// The MTP head drafts one token from the trunk and one more chained on its own output (the
+// lookahead slot holds the record of the chained position).
+constexpr int64_t kMaxMtpDrafts = 2;
+
 Status check_config(const EngineConfig& c, int64_t vocab_size) {
   auto bad = [](std::string_view field, int64_t value, std::string_view want) {
     return make_error(StatusCode::kInvalidArgument, "engine config: {} = {} (want {})", field,
@@ -68,11 +72,11 @@ Status check_config(const EngineConfig& c, int64_t vocab_size) {
     if (id < 0 || id >= vocab_size)
       return bad("eos_token_ids", id, fmt::format("in [0, {})", vocab_size));
   if (c.speculative.method == SpeculativeMethod::kMtp &&
-      c.speculative.num_speculative_tokens() != 1)
+      c.speculative.num_speculative_tokens() > kMaxMtpDrafts)
     return make_error(StatusCode::kUnsupported,
                       "--speculative-config: num_speculative_tokens = {} with method \"mtp\": the "
-                      "MTP head is not chained yet, so it drafts 1 token",
-                      c.speculative.num_speculative_tokens());
+                      "MTP head drafts at most {} tokens (it is chained once)",
+                      c.speculative.num_speculative_tokens(), kMaxMtpDrafts);
   if (c.speculative.enabled()) DZ_RETURN_IF_ERROR(validate_ngram_config(c.speculative.ngram));
   return Status::ok_status();
 }
@@ -161,6 +165,7 @@ struct EngineCore::Impl {
   // Speculative decoding: the first of the max_num_seqs state slots that keep each live slot's
   // state while its drafts are verified (0: no recurrent layers or no speculation).
   int32_t rollback_slot_base = 0;
+  int64_t speculative_k = 0;
   int64_t spec_num_drafts = 0;
   int64_t spec_num_draft_tokens = 0;
   int64_t spec_num_accepted_tokens = 0;
@@ -206,6 +211,12 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CausalLm& model,
     return make_error(StatusCode::kInvalidArgument,
                       "--speculative-config: method \"mtp\" needs a model with an MTP head, and "
                       "this checkpoint has none (num_nextn_predict_layers 0); use \"ngram\"");
+  const bool mtp_chain = config.speculative.method == SpeculativeMethod::kMtp &&
+                         config.speculative.num_speculative_tokens() > 1;
+  if (mtp_chain && model.cache_shard().count > 1)
+    return make_error(StatusCode::kUnsupported,
+                      "--speculative-config: the chained MTP head (num_speculative_tokens > 1) is "
+                      "not built under --cp; use num_speculative_tokens 1");
   const std::vector<model::LayerCacheSpec> layers = model.cache_layers();
   const bool recurrent = std::any_of(layers.begin(), layers.end(),
                                      [](const auto& spec) { return spec.kda.num_heads > 0; });
@@ -255,6 +266,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CausalLm& model,
   impl->vocab_size = vocab_size;
   impl->num_blocks = num_blocks;
   impl->reserve_blocks = reserve;
+  impl->speculative_k =
+      config.speculative.enabled() ? config.speculative.num_speculative_tokens() : 0;
   if (num_rollback_slots > 0)
     impl->rollback_slot_base = static_cast<int32_t>(1 + config.max_num_seqs + max_checkpoints);
   impl->spec_accepted_per_position.assign(
@@ -297,6 +310,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CausalLm& model,
                                     : std::max<int64_t>(1, config.max_num_batched_tokens / 2),
       .max_long_partial_prefills = config.max_long_partial_prefills,
       .max_model_len = config.max_model_len,
+      .num_lookahead_slots = mtp_chain ? 1 : 0,
   };
   impl->scheduler.emplace(scheduler_config, *impl->coordinator);
   return std::unique_ptr<EngineCore>(new EngineCore(config, std::move(impl)));
@@ -730,7 +744,7 @@ void EngineCore::Impl::propose_drafts(const EngineConfig& config) {
     if (config.propose_drafts_for_test) {
       r->draft_tokens = config.propose_drafts_for_test(r->tokens, max_drafts);
     } else if (spec.method == SpeculativeMethod::kMtp) {
-      if (r->mtp_draft_position == r->num_tokens()) r->draft_tokens = {r->mtp_draft};
+      if (r->mtp_draft_position == r->num_tokens()) r->draft_tokens = r->mtp_drafts;
     } else {
       NgramConfig ngram = spec.ngram;
       ngram.num_speculative_tokens = static_cast<int32_t>(max_drafts);
@@ -792,11 +806,25 @@ Status EngineCore::Impl::run_mtp_drafts(std::span<StepChunk> chunks) {
   const auto vocab = static_cast<size_t>(vocab_size);
   mtp_logits.resize(rows.size() * vocab);
   DZ_RETURN_IF_ERROR(model->forward_mtp(ctx, mtp_batch, cache, rows, mtp_logits.data(), nullptr));
+  auto greedy = [](const float* row, size_t n) {
+    return static_cast<int32_t>(std::max_element(row, row + n) - row);
+  };
   for (size_t i = 0; i < drafting.size(); ++i) {
-    const float* row = mtp_logits.data() + i * vocab;
-    drafting[i]->mtp_draft = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+    drafting[i]->mtp_drafts = {greedy(mtp_logits.data() + i * vocab, vocab)};
     drafting[i]->mtp_draft_position = drafting[i]->num_tokens();
   }
+  if (drafting.empty() || speculative_k < 2) return Status::ok_status();
+  // Once more, chained: the first draft fed at the position of the token just sampled (its slot
+  // is the scheduler's lookahead slot when the row ended there).
+  std::vector<BatchSpan> chain;
+  for (Request* r : drafting)
+    chain.push_back({.request = r, .begin = r->num_tokens() - 1, .num_tokens = 1});
+  const model::ForwardBatch chain_batch = make_batch(
+      chain, coordinator->block_size(),
+      [&](size_t s, int64_t) { return drafting[s]->mtp_drafts[0]; }, mtp_batch_buffers);
+  DZ_RETURN_IF_ERROR(model->forward_mtp_chain(ctx, chain_batch, cache, mtp_logits.data(), nullptr));
+  for (size_t i = 0; i < drafting.size(); ++i)
+    drafting[i]->mtp_drafts.push_back(greedy(mtp_logits.data() + i * vocab, vocab));
   return Status::ok_status();
 }
 

@@ -824,52 +824,76 @@ TEST_P(EngineCoreTest, SpeculativeSamplingKeepsTheDistribution) {
 }
 
 // The MTP proposer: the fake head's row for position t is the main model's logits of position
-// t + 1 (plain model), so its greedy draft is the next greedy token and greedy requests accept
-// every draft; on the hybrid fake the head ignores the state and drafts are mostly rejected.
+// t + 1 (plain model), and chained on its own row it continues that history with the token fed,
+// so its greedy drafts are the next greedy tokens and greedy requests accept every draft; on the
+// hybrid fake the head ignores the state and drafts are mostly rejected. One draft, and two (the
+// head chained once, its record in the scheduler's lookahead slot), on a pool small enough to
+// preempt.
 TEST_P(EngineCoreTest, SpeculationWithTheMtpHead) {
-  const uint64_t seed = hybrid() ? 59 : 61;
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
-  RecordingLm model(hybrid());
-  model.with_mtp = true;
+  for (const int32_t k : {1, 2}) {
+    const uint64_t seed = (hybrid() ? 59 : 61) + static_cast<uint64_t>(k);
+    std::printf("k %d, seed %llu\n", k, static_cast<unsigned long long>(seed));
+    std::mt19937_64 rng(seed);
+    RecordingLm model(hybrid());
+    model.with_mtp = true;
+    EngineConfig config = small_config();
+    config.block_size = 4;
+    config.num_blocks = 1 + 40;
+    config.reserve_blocks = 3;
+    config.state_checkpoint_interval = 8;
+    config.speculative.method = SpeculativeMethod::kMtp;
+    config.speculative.ngram.num_speculative_tokens = k;
+    auto engine = make_engine(model, config);
+    std::map<int64_t, GenerationRequest> requests;
+    for (int64_t id = 0; id < 16; ++id) {
+      GenerationRequest r = greedy(random_tokens(rng, 1 + static_cast<int64_t>(rng() % 50)),
+                                   2 + static_cast<int64_t>(rng() % 30));
+      if (id % 3 == 2) {
+        r.sampling.temperature = 0.8f;
+        r.sampling.seed = rng();
+      }
+      requests[id] = r;
+      ASSERT_TRUE(engine->add_request(id, r).ok());
+    }
+    auto results = run_to_end(*engine);
+    int64_t preemptions = 0;
+    for (const auto& [id, r] : requests) {
+      EXPECT_TRUE(results[id].error.ok()) << results[id].error.to_string();
+      EXPECT_EQ(results[id].tokens, expected_tokens(r.prompt_token_ids, r.sampling, r.max_tokens,
+                                                    hybrid(), {}, r.choice_index))
+          << "k " << k << " request " << id;
+      preemptions += results[id].num_preemptions;
+    }
+    const EngineMetrics m = engine->metrics();
+    std::printf(
+        "%lld drafts, %lld draft tokens, %lld accepted, %lld preemptions\n",
+        static_cast<long long>(m.spec_num_drafts), static_cast<long long>(m.spec_num_draft_tokens),
+        static_cast<long long>(m.spec_num_accepted_tokens), static_cast<long long>(preemptions));
+    EXPECT_GT(m.spec_num_drafts, 20);
+    EXPECT_GT(model.num_mtp_calls, 0);
+    EXPECT_EQ(model.num_mtp_chain_calls > 0, k == 2);
+    ASSERT_EQ(m.spec_accepted_per_position.size(), static_cast<size_t>(k));
+    if (!hybrid()) {
+      EXPECT_GT(m.spec_num_accepted_tokens, m.spec_num_draft_tokens / 2);
+      EXPECT_GT(m.spec_accepted_per_position.back(), 0);
+    }
+    expect_nothing_held(*engine);
+  }
+
+  // Refused: no MTP head, a longer chain, MTP logits asked beside it.
   EngineConfig config = small_config();
   config.speculative.method = SpeculativeMethod::kMtp;
   config.speculative.ngram.num_speculative_tokens = 1;
-  auto engine = make_engine(model, config);
-  std::map<int64_t, GenerationRequest> requests;
-  for (int64_t id = 0; id < 12; ++id) {
-    GenerationRequest r = greedy(random_tokens(rng, 1 + static_cast<int64_t>(rng() % 50)),
-                                 2 + static_cast<int64_t>(rng() % 30));
-    if (id % 3 == 2) {
-      r.sampling.temperature = 0.8f;
-      r.sampling.seed = rng();
-    }
-    requests[id] = r;
-    ASSERT_TRUE(engine->add_request(id, r).ok());
-  }
-  auto results = run_to_end(*engine);
-  for (const auto& [id, r] : requests)
-    EXPECT_EQ(results[id].tokens, expected_tokens(r.prompt_token_ids, r.sampling, r.max_tokens,
-                                                  hybrid(), {}, r.choice_index))
-        << "request " << id;
-  const EngineMetrics m = engine->metrics();
-  std::printf("%lld drafts, %lld accepted\n", static_cast<long long>(m.spec_num_drafts),
-              static_cast<long long>(m.spec_num_accepted_tokens));
-  EXPECT_GT(m.spec_num_drafts, 20);
-  EXPECT_GT(model.num_mtp_calls, 0);
-  if (!hybrid()) {
-    EXPECT_GT(m.spec_num_accepted_tokens, m.spec_num_drafts / 2);
-  }
-  expect_nothing_held(*engine);
-
-  // Refused: no MTP head, a chain of drafts, MTP logits asked beside it.
   RecordingLm plain(hybrid());
   EXPECT_FALSE(EngineCore::create(plain, ExecContext{}, config).ok());
-  EngineConfig two = config;
-  two.speculative.ngram.num_speculative_tokens = 2;
-  const auto chained = EngineCore::create(model, ExecContext{}, two);
+  RecordingLm model(hybrid());
+  model.with_mtp = true;
+  EngineConfig three = config;
+  three.speculative.ngram.num_speculative_tokens = 3;
+  const auto chained = EngineCore::create(model, ExecContext{}, three);
   ASSERT_FALSE(chained.ok());
   EXPECT_NE(chained.status().message().find("num_speculative_tokens"), std::string::npos);
+  auto engine = make_engine(model, config);
   GenerationRequest scored = greedy({1, 2, 3}, 2);
   scored.return_mtp_logits = true;
   scored.forced_output_token_ids = {4, 5};

@@ -66,9 +66,9 @@ struct Request {
   // Speculative decoding (docs/serving.md §4): the drafts proposed to follow tokens in this step,
   // scheduled after the last token and verified by its logits; cleared by the step.
   std::vector<int32_t> draft_tokens;
-  // The MTP head's draft for position mtp_draft_position (speculative method "mtp"), from the
-  // step that made that position the next one; stale once the tokens moved on.
-  int32_t mtp_draft = -1;
+  // The MTP head's drafts from position mtp_draft_position on (speculative method "mtp"), from
+  // the step that made that position the next one; stale once the tokens moved on.
+  std::vector<int32_t> mtp_drafts;
   int64_t mtp_draft_position = -1;
   // Positions below these were scored already (a recompute after preemption repeats none).
   int64_t num_prompt_logits_sent = 0;

@@ -153,9 +153,11 @@ SchedulerOutput Scheduler::schedule() {
     // Past the prompt (decode, or recompute of output tokens) a request may take the reserve.
     const bool decode = r->num_computed_tokens >= r->num_prompt_tokens;
     bool preempted_self = false;
-    while (!cache_.allocate_slots(r->cache, r->num_computed_tokens + n, decode)) {
+    const int64_t lookahead = config_.num_lookahead_slots;
+    while (!cache_.allocate_slots(r->cache, r->num_computed_tokens + n + lookahead, decode)) {
       // A prefill chunk shrinks to the blocks there are before anyone is preempted.
-      const int64_t fits = cache_.max_tokens_holdable(r->cache, decode) - r->num_computed_tokens;
+      const int64_t fits =
+          cache_.max_tokens_holdable(r->cache, decode) - r->num_computed_tokens - lookahead;
       if (fits > 0 && fits < n) {
         n = fits;
         continue;
@@ -200,7 +202,8 @@ SchedulerOutput Scheduler::schedule() {
       // The reserve is kept unless nothing runs (then there is no decode to protect, and a long
       // resumed request could never re-enter).
       const bool use_reserve = running_.empty();
-      if (!cache_.can_allocate(prefix, n, use_reserve)) break;  // head of line
+      if (!cache_.can_allocate(prefix, n + config_.num_lookahead_slots, use_reserve))
+        break;  // head of line
 
       pop_waiting();
       if (cache_.prefix_caching()) {
@@ -208,7 +211,7 @@ SchedulerOutput Scheduler::schedule() {
         counters_.prefix_hit_tokens += hit;
       }
       if (r->num_preemptions == 0) counters_.prompt_tokens += r->num_prompt_tokens;
-      cache_.allocate_prefix(r->cache, prefix, n, use_reserve);
+      cache_.allocate_prefix(r->cache, prefix, n + config_.num_lookahead_slots, use_reserve);
       r->num_computed_tokens = hit;
       r->num_cached_tokens = hit;
       insert_running(r);

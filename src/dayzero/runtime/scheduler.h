@@ -28,6 +28,8 @@ struct SchedulerConfig {
   int64_t long_prefill_threshold = 256;  // resolved (> 0)
   int64_t max_long_partial_prefills = 1;
   int64_t max_model_len = 4096;
+  // Slots held past a chunk's last token: the chained MTP head writes its record there.
+  int64_t num_lookahead_slots = 0;
 };
 
 struct ScheduledChunk {

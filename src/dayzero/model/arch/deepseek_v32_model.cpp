@@ -274,6 +274,7 @@ Status DeepseekV32Model::mtp_logits(const ExecContext& ctx, const ForwardBatch& 
   DZ_RETURN_IF_ERROR(check_batch(batch, cache));
   const int64_t d = config_.hidden_size;
   if (batch.num_tokens() == 0) {  // this rank's data-parallel group has no tokens: the MoE exchange
+    last_mtp_rows_.clear();
     run_extra_layer(ctx, mtp_->layer, batch, cache, nullptr, taps);
     return Status::ok_status();
   }
@@ -283,7 +284,33 @@ Status DeepseekV32Model::mtp_logits(const ExecContext& ctx, const ForwardBatch& 
   for (int64_t r = 0; r < num_rows; ++r)
     std::memcpy(rows.data() + r * d, z.data() + logits_rows[static_cast<size_t>(r)] * d,
                 static_cast<size_t>(d) * sizeof(float));
+  last_mtp_rows_ = rows;
   mtp_head(ctx, std::move(rows), num_rows, out_logits, taps);
+  return Status::ok_status();
+}
+
+Status DeepseekV32Model::forward_mtp_chain(const ExecContext& ctx, const ForwardBatch& batch,
+                                           KvCache& cache, float* out_logits, TapSink* taps) {
+  if (mtp_ == nullptr)
+    return make_error(StatusCode::kUnsupported,
+                      "this checkpoint has no MTP layer (num_nextn_predict_layers 0)");
+  if (context_parallel())
+    return make_error(StatusCode::kUnsupported,
+                      "the chained MTP head is not built under context parallelism");
+  const int64_t d = config_.hidden_size;
+  const int64_t T = batch.num_tokens();
+  if (T * d != static_cast<int64_t>(last_mtp_rows_.size()))
+    return make_error(StatusCode::kInvalidArgument,
+                      "forward_mtp_chain: {} tokens for {} rows of the last MTP call", T,
+                      static_cast<int64_t>(last_mtp_rows_.size()) / d);
+  DZ_RETURN_IF_ERROR(check_batch(batch, cache));
+  if (T == 0) {  // this rank's data-parallel group has no tokens: the MoE exchange
+    run_extra_layer(ctx, mtp_->layer, batch, cache, nullptr, taps);
+    return Status::ok_status();
+  }
+  std::vector<float> z = mtp_hidden(ctx, batch, cache, last_mtp_rows_.data(), taps);
+  last_mtp_rows_ = z;
+  mtp_head(ctx, std::move(z), T, out_logits, taps);
   return Status::ok_status();
 }
 

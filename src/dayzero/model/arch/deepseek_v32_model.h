@@ -38,6 +38,10 @@ class DeepseekV32Model final : public HybridModel {
   // mtp_logits() on the final-norm output that the last forward() kept. Under context
   // parallelism the MTP batch is split like any step (its pieces need not be the last forward's:
   // the kept rows are the whole step's).
+  // Chaining keeps the MTP output rows of the last call's logits rows; not under context
+  // parallelism (kUnsupported).
+  Status forward_mtp_chain(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
+                           float* out_logits, TapSink* taps) override;
   Status forward_mtp(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
                      std::span<const int64_t> logits_rows, float* out_logits,
                      TapSink* taps) override;
@@ -72,6 +76,8 @@ class DeepseekV32Model final : public HybridModel {
   std::unique_ptr<Mtp> mtp_;
   // The last forward()'s model.norm output [T, d] and positions, for forward_mtp (MTP only).
   std::vector<float> last_final_;
+  // The MTP layer's output rows [rows, d] of the last MTP call's logits rows (chaining).
+  std::vector<float> last_mtp_rows_;
   std::vector<int32_t> last_positions_;
 };
 

@@ -171,6 +171,7 @@ class RecordingLm : public model::CausalLm {
     std::vector<int64_t> out_index(static_cast<size_t>(batch.num_tokens()), -1);
     for (size_t r = 0; r < logits_rows.size(); ++r)
       out_index.at(static_cast<size_t>(logits_rows[r])) = static_cast<int64_t>(r);
+    last_mtp_keys_.assign(logits_rows.size(), 0);
     for (const model::SequenceSlice& seq : batch.sequences) {
       for (int64_t i = 0; i < seq.num_tokens; ++i) {
         const auto k = static_cast<size_t>(seq.token_begin + i);
@@ -181,8 +182,26 @@ class RecordingLm : public model::CausalLm {
           std::memcpy(&token, pool + model::slot_of(seq.block_table, batch.block_size, p) * 4, 4);
           kv = fold_token(kv, token);
         }
-        fill_logits(fold_token(kv, batch.token_ids[k]), out_logits + out_index[k] * kFakeVocab);
+        const uint64_t key = fold_token(kv, batch.token_ids[k]);
+        last_mtp_keys_[static_cast<size_t>(out_index[k])] = key;
+        fill_logits(key, out_logits + out_index[k] * kFakeVocab);
       }
+    }
+    return Status::ok_status();
+  }
+
+  // The chained head: row i continues the key of the last MTP call's row i with the token fed,
+  // the main model's key one position on when the drafts so far are right (plain model).
+  Status forward_mtp_chain(const ExecContext&, const model::ForwardBatch& batch, model::KvCache&,
+                           float* out_logits, model::TapSink*) override {
+    if (!with_mtp) return make_error(StatusCode::kUnsupported, "recording model: no MTP head");
+    ++num_mtp_chain_calls;
+    if (static_cast<size_t>(batch.num_tokens()) != last_mtp_keys_.size())
+      return make_error(StatusCode::kInvalidArgument, "MTP chain of {} tokens for {} rows",
+                        batch.num_tokens(), last_mtp_keys_.size());
+    for (size_t i = 0; i < last_mtp_keys_.size(); ++i) {
+      last_mtp_keys_[i] = fold_token(last_mtp_keys_[i], batch.token_ids[i]);
+      fill_logits(last_mtp_keys_[i], out_logits + static_cast<int64_t>(i) * kFakeVocab);
     }
     return Status::ok_status();
   }
@@ -191,6 +210,7 @@ class RecordingLm : public model::CausalLm {
 
   bool with_mtp = false;
   int64_t num_mtp_calls = 0;
+  int64_t num_mtp_chain_calls = 0;
 
   bool fail_next = false;
   int64_t num_forward_calls = 0;
@@ -200,6 +220,7 @@ class RecordingLm : public model::CausalLm {
  private:
   bool hybrid_;
   std::vector<int32_t> last_positions_;
+  std::vector<uint64_t> last_mtp_keys_;
 };
 
 // The logits key of the history `tokens` (plain model, or the MTP head at the last position).
