@@ -5,7 +5,7 @@ prompt at a time) and with 16 sequences at once (`generate --prompts-file`), and
 per draft position. Repetitive prompts (a repeated sentence, a list, a passage to quote) are where
 prompt lookup pays; the natural one shows what it costs when drafts are rare.
 
-    bench/speculative_demo.py [--dayzero build/src/dayzero/cli/dayzero] [--tokens 256]
+    bench/speculative_demo.py [--dayzero build/src/dayzero/cli/dayzero] [--tokens 256] [--batch-sweep]
 """
 
 import argparse
@@ -53,14 +53,14 @@ def batch1(args, prompt, spec):
     return t["decode_tokens"] / t["decode_s"], t.get("speculative"), t["tokens"]
 
 
-def batch16(args, spec):
+def batch16(args, spec, num_sequences=16):
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
-        for i in range(16):
+        for i in range(num_sequences):
             prompt = list(PROMPTS.values())[i % len(PROMPTS)]
             f.write(json.dumps({"prompt": prompt + " " * (i // len(PROMPTS))}) + "\n")
         path = f.name
     flags = ["generate", "--prompts-file", path, "--max-tokens", str(args.tokens // 2),
-             "--threads", str(args.threads), "--max-num-seqs", "16", *GREEDY]
+             "--threads", str(args.threads), "--max-num-seqs", str(num_sequences), *GREEDY]
     if spec:
         flags += ["--speculative-config", spec]
     proc = run(args, *flags)
@@ -77,8 +77,22 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--k", type=int, default=3, help="num_speculative_tokens")
     parser.add_argument("--lookup-max", type=int, default=3, help="prompt_lookup_max")
+    parser.add_argument("--batch-sweep", action="store_true",
+                        help="only: plain vs drafting at 1, 2, 4, 8 and 16 sequences at once "
+                             "(where the disable_by_batch_size default comes from)")
     args = parser.parse_args()
     spec = spec_config(args.k, args.lookup_max)
+    if args.batch_sweep:
+        always = spec_config(args.k, args.lookup_max, 64)
+        print("| sequences | plain tok/s | drafting tok/s | ratio | accepted |")
+        print("|---|---|---|---|---|")
+        for n in (1, 2, 4, 8, 16):
+            plain, _ = batch16(args, None, n)
+            fast, summary = batch16(args, always, n)
+            accepted = re.search(r"(\d+) draft tokens, (\d+) accepted", summary)
+            rate = int(accepted.group(2)) / max(1, int(accepted.group(1)))
+            print(f"| {n} | {plain:.0f} | {fast:.0f} | {fast / plain:.2f} | {rate:.2f} |")
+        return
     print(f"demo model, greedy, {args.threads} threads, n-gram k={args.k} "
           f"prompt_lookup 1..{args.lookup_max}")
     print("| prompt | plain tok/s | speculative tok/s | ratio | accepted / drafted | "
