@@ -100,6 +100,20 @@ EngineConfig small_config() {
   return c;
 }
 
+// Blocks of 4 tokens, 40 of them: preemption, forks and checkpoint hits under a random mix.
+EngineConfig tiny_cache_config() {
+  EngineConfig c = small_config();
+  c.block_size = 4;
+  c.num_blocks = 1 + 40;
+  c.reserve_blocks = 3;
+  c.max_num_seqs = 12;
+  c.max_num_batched_tokens = 20;
+  c.state_checkpoint_interval = 8;
+  c.max_state_checkpoints = 6;
+  c.max_model_len = 120;
+  return c;
+}
+
 std::unique_ptr<EngineCore> make_engine(RecordingLm& model, const EngineConfig& config) {
   Result<std::unique_ptr<EngineCore>> engine = EngineCore::create(model, ExecContext{}, config);
   EXPECT_TRUE(engine.ok()) << engine.status().to_string();
@@ -118,6 +132,19 @@ GenerationRequest greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
   r.prompt_token_ids = std::move(prompt);
   r.max_tokens = max_tokens;
   return r;
+}
+
+// Adds r with num_choices choices under ids next_id, next_id + 1, ... (more than one fork from
+// the first), each recorded in `requests` with its choice index.
+void add_with_choices(EngineCore& engine, const GenerationRequest& r, int64_t num_choices,
+                      std::map<int64_t, GenerationRequest>& requests, int64_t& next_id) {
+  std::vector<int64_t> ids;
+  for (int64_t c = 0; c < num_choices; ++c) {
+    requests[next_id] = r;
+    requests[next_id].choice_index = static_cast<uint32_t>(c);
+    ids.push_back(next_id++);
+  }
+  ASSERT_TRUE((num_choices == 1 ? engine.add_request(ids[0], r) : engine.add_choices(ids, r)).ok());
 }
 
 class EngineCoreTest : public ::testing::TestWithParam<bool> {
@@ -550,16 +577,7 @@ TEST_P(EngineCoreTest, PreemptedRequestsResumeWithTheSameTokens) {
 
 TEST_P(EngineCoreTest, TwoHundredRandomRequestsOnATinyCacheAllFinishWithoutLeaks) {
   RecordingLm model(hybrid());
-  EngineConfig config = small_config();
-  config.block_size = 4;
-  config.num_blocks = 1 + 40;
-  config.reserve_blocks = 3;
-  config.max_num_seqs = 12;
-  config.max_num_batched_tokens = 20;
-  config.state_checkpoint_interval = 8;
-  config.max_state_checkpoints = 6;
-  config.max_model_len = 120;
-  auto engine = make_engine(model, config);
+  auto engine = make_engine(model, tiny_cache_config());
   // DZ_ENGINE_TEST_SEED reruns the mix under another seed (a sweep for rare schedules).
   const char* seed_env = std::getenv("DZ_ENGINE_TEST_SEED");
   std::mt19937_64 rng(seed_env != nullptr ? std::stoull(seed_env) : (hybrid() ? 23 : 29));
@@ -582,15 +600,8 @@ TEST_P(EngineCoreTest, TwoHundredRandomRequestsOnATinyCacheAllFinishWithoutLeaks
         r.sampling.seed = rng();
       }
       // Every fifth request has 2 or 3 choices (ids next_id, next_id + 1, ...): they fork.
-      const int64_t num_choices = rng() % 5 == 0 ? 2 + static_cast<int64_t>(rng() % 2) : 1;
-      std::vector<int64_t> ids;
-      for (int64_t c = 0; c < num_choices; ++c) {
-        requests[next_id] = r;
-        requests[next_id].choice_index = static_cast<uint32_t>(c);
-        ids.push_back(next_id++);
-      }
-      ASSERT_TRUE(
-          (num_choices == 1 ? engine->add_request(ids[0], r) : engine->add_choices(ids, r)).ok());
+      add_with_choices(*engine, r, rng() % 5 == 0 ? 2 + static_cast<int64_t>(rng() % 2) : 1,
+                       requests, next_id);
     }
   };
   submit(60);
@@ -629,15 +640,10 @@ TEST_P(EngineCoreTest, SpeculationGivesPlainDecodingsTokens) {
   std::mt19937_64 draft_rng(seed + 1);
   const std::vector<int32_t> eos = {7};
   RecordingLm model(hybrid());
-  EngineConfig config = small_config();
-  config.block_size = 4;
+  EngineConfig config = tiny_cache_config();
   config.num_blocks = 1 + 48;
-  config.reserve_blocks = 3;
   config.max_num_seqs = 6;
   config.max_num_batched_tokens = 24;
-  config.state_checkpoint_interval = 8;
-  config.max_state_checkpoints = 6;
-  config.max_model_len = 120;
   config.eos_token_ids = eos;
   config.speculative.method = SpeculativeMethod::kNgram;
   config.speculative.ngram.num_speculative_tokens = 3;
@@ -662,15 +668,7 @@ TEST_P(EngineCoreTest, SpeculationGivesPlainDecodingsTokens) {
         r.sampling.repetition_penalty = 1.1f;
         r.sampling.seed = rng();
       }
-      const int64_t num_choices = rng() % 6 == 0 ? 2 : 1;
-      std::vector<int64_t> ids;
-      for (int64_t c = 0; c < num_choices; ++c) {
-        requests[next_id] = r;
-        requests[next_id].choice_index = static_cast<uint32_t>(c);
-        ids.push_back(next_id++);
-      }
-      ASSERT_TRUE(
-          (num_choices == 1 ? engine->add_request(ids[0], r) : engine->add_choices(ids, r)).ok());
+      add_with_choices(*engine, r, rng() % 6 == 0 ? 2 : 1, requests, next_id);
     }
   };
   submit(20);
@@ -836,11 +834,10 @@ TEST_P(EngineCoreTest, SpeculationWithTheMtpHead) {
     std::mt19937_64 rng(seed);
     RecordingLm model(hybrid());
     model.with_mtp = true;
-    EngineConfig config = small_config();
-    config.block_size = 4;
-    config.num_blocks = 1 + 40;
-    config.reserve_blocks = 3;
-    config.state_checkpoint_interval = 8;
+    EngineConfig config = tiny_cache_config();
+    config.max_num_seqs = 8;
+    config.max_num_batched_tokens = 32;
+    config.max_model_len = 512;
     config.speculative.method = SpeculativeMethod::kMtp;
     config.speculative.ngram.num_speculative_tokens = k;
     auto engine = make_engine(model, config);
