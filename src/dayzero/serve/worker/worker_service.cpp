@@ -108,8 +108,11 @@ void Service::pump(const runtime::Engine& engine) {
   while (!done_) {
     wake_.wait_for(lock, std::chrono::milliseconds(50), [&] { return outputs_ready_ || done_; });
     outputs_ready_ = false;
-    // The metrics of the step go first, so that a client that saw its last token also sees them.
-    std::vector<json> messages = {heartbeat_message(engine)};
+    // The metrics go first, so that a client that saw its last token also sees them; they are
+    // read after the outputs are taken (the engine stores a step's metrics before it delivers
+    // the step's outputs), or a step ending between the two would send older metrics with its
+    // outputs.
+    std::vector<json> messages = {json()};
     for (auto it = streams_.begin(); it != streams_.end();) {
       bool finished = false;
       while (std::optional<runtime::RequestOutput> output =
@@ -122,6 +125,7 @@ void Service::pump(const runtime::Engine& engine) {
       }
       it = finished ? streams_.erase(it) : std::next(it);
     }
+    messages.front() = heartbeat_message(engine);
     lock.unlock();
     if (messages.size() > 1)
       for (const json& message : messages)
