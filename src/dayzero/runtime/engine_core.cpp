@@ -165,7 +165,6 @@ struct EngineCore::Impl {
   // Speculative decoding: the first of the max_num_seqs state slots that keep each live slot's
   // state while its drafts are verified (0: no recurrent layers or no speculation).
   int32_t rollback_slot_base = 0;
-  int64_t speculative_k = 0;
   int64_t spec_num_drafts = 0;
   int64_t spec_num_draft_tokens = 0;
   int64_t spec_num_accepted_tokens = 0;
@@ -182,8 +181,9 @@ struct EngineCore::Impl {
   void commit_drafts(const StepChunk& c);
   // Speculative method "mtp": the MTP head over the whole batch that just ran (its cache records
   // for every position, as the head needs its own history), then a greedy draft from the row of
-  // each sampled request's last computed position, for the token after the one just sampled.
-  Status run_mtp_drafts(std::span<StepChunk> chunks);
+  // each sampled request's last computed position, for the token after the one just sampled,
+  // and with num_drafts 2 one more from the head chained on its own output.
+  Status run_mtp_drafts(std::span<StepChunk> chunks, int64_t num_drafts);
 
   // The MTP head over the step's first chunks (those of requests with return_mtp_logits), right
   // after the forward pass that kept the main model's state; fills their new_mtp_logits.
@@ -266,8 +266,6 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CausalLm& model,
   impl->vocab_size = vocab_size;
   impl->num_blocks = num_blocks;
   impl->reserve_blocks = reserve;
-  impl->speculative_k =
-      config.speculative.enabled() ? config.speculative.num_speculative_tokens() : 0;
   if (num_rollback_slots > 0)
     impl->rollback_slot_base = static_cast<int32_t>(1 + config.max_num_seqs + max_checkpoints);
   impl->spec_accepted_per_position.assign(
@@ -689,7 +687,8 @@ std::vector<RequestOutput> EngineCore::step() {
   }
   if (config_.speculative.method == SpeculativeMethod::kMtp) {
     // Before the commits trim the tables: the head's batch is the one that ran, drafts included.
-    const Status mtp = m.run_mtp_drafts(std::span<StepChunk>(chunks).first(spans.size()));
+    const Status mtp = m.run_mtp_drafts(std::span<StepChunk>(chunks).first(spans.size()),
+                                        config_.speculative.num_speculative_tokens());
     if (!mtp.ok())
       for (size_t i = 0; i < spans.size(); ++i) {
         chunks[i].out.finished = true;
@@ -778,7 +777,7 @@ void EngineCore::Impl::commit_drafts(const StepChunk& c) {
   scheduler->commit_verified(r, computed);
 }
 
-Status EngineCore::Impl::run_mtp_drafts(std::span<StepChunk> chunks) {
+Status EngineCore::Impl::run_mtp_drafts(std::span<StepChunk> chunks, int64_t num_drafts) {
   std::vector<BatchSpan> spans;
   std::vector<int64_t> rows;
   std::vector<Request*> drafting;
@@ -813,7 +812,7 @@ Status EngineCore::Impl::run_mtp_drafts(std::span<StepChunk> chunks) {
     drafting[i]->mtp_drafts = {greedy(mtp_logits.data() + i * vocab, vocab)};
     drafting[i]->mtp_draft_position = drafting[i]->num_tokens();
   }
-  if (drafting.empty() || speculative_k < 2) return Status::ok_status();
+  if (drafting.empty() || num_drafts < 2) return Status::ok_status();
   // Once more, chained: the first draft fed at the position of the token just sampled (its slot
   // is the scheduler's lookahead slot when the row ended there).
   std::vector<BatchSpan> chain;
