@@ -80,7 +80,7 @@ void ServerMetrics::update_engine(const runtime::EngineMetrics& m) {
                l)
       .advance_to(static_cast<double>(m.prefix_hit_tokens));
   // Speculative decoding (docs/serving.md §4), vLLM's names.
-  if (m.spec_num_drafts > 0 || !m.spec_accepted_per_position.empty()) {
+  if (!m.spec_accepted_per_position.empty()) {  // speculation is on
     registry_.counter("spec_decode_num_drafts_total", "Number of spec decoding drafts.", l)
         .advance_to(static_cast<double>(m.spec_num_drafts));
     registry_.counter("spec_decode_num_draft_tokens_total", "Number of draft tokens.", l)
