@@ -43,6 +43,7 @@ function(dz_layer name)
   list(FILTER tests INCLUDE REGEX "_test\\.cpp$")
   if(sources)
     add_library(dz_${name} STATIC ${sources})
+    set_target_properties(dz_${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
     target_include_directories(dz_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
     target_compile_options(dz_${name} PRIVATE ${DZ_WARNINGS})
     target_link_libraries(dz_${name} PUBLIC ${ARG_DEPS})
@@ -57,6 +58,10 @@ function(dz_layer name)
   endif()
   if(tests AND NOT DZ_FUZZ)
     add_executable(dz_${name}_tests ${tests})
+    # Test files compiled in batches (one translation unit per batch): GoogleTest and the other
+    # headers are parsed once per batch, not once per file. Each file keeps its tests in a
+    # namespace of its own (CI time).
+    set_target_properties(dz_${name}_tests PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
     target_compile_options(dz_${name}_tests PRIVATE ${DZ_WARNINGS})
     target_compile_definitions(dz_${name}_tests PRIVATE
       DZ_SOURCE_DIR="${PROJECT_SOURCE_DIR}" DZ_BUILD_DIR="${PROJECT_BINARY_DIR}")

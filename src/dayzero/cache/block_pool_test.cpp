@@ -9,7 +9,7 @@
 #include <random>
 
 namespace dz::cache {
-namespace {
+namespace block_pool_test {
 
 using Tables = std::vector<std::vector<int32_t>>;
 
@@ -539,5 +539,5 @@ TEST(BlockPool, RandomOperationsKeepEveryInvariant) {
   EXPECT_GT(preemptions, 20);
 }
 
-}  // namespace
+}  // namespace block_pool_test
 }  // namespace dz::cache

@@ -8,7 +8,7 @@
 #include <vector>
 
 namespace dz::cache {
-namespace {
+namespace cache_coordinator_test {
 
 constexpr int64_t kBlock = 4;
 
@@ -252,5 +252,5 @@ TEST(CacheCoordinator, EvictingABlockReleasesItsCheckpoint) {
   f.expect_ok({&b});
 }
 
-}  // namespace
+}  // namespace cache_coordinator_test
 }  // namespace dz::cache

@@ -7,7 +7,7 @@
 #include <utility>
 
 namespace dz::cache {
-namespace {
+namespace prefix_hash_test {
 
 std::vector<int32_t> random_tokens(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -83,5 +83,5 @@ TEST(PrefixHash, NoCollisionsAmongManyBlocks) {
   EXPECT_EQ(seen.size(), 200u * 16u);
 }
 
-}  // namespace
+}  // namespace prefix_hash_test
 }  // namespace dz::cache

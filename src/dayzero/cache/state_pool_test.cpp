@@ -11,7 +11,7 @@
 #include "dayzero/model/kv_cache.h"
 
 namespace dz::cache {
-namespace {
+namespace state_pool_test {
 
 // A stand-in for the KDA state pool: one value per slot, copied by the pool's copy function.
 struct FakeStates {
@@ -472,5 +472,5 @@ TEST(StatePool, CheckpointsOfARealKvCache) {
   EXPECT_TRUE(pool.check_invariants(std::vector<int32_t>{live, *child}).ok());
 }
 
-}  // namespace
+}  // namespace state_pool_test
 }  // namespace dz::cache

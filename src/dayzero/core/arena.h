@@ -24,6 +24,12 @@ class Arena {
   size_t mark() const { return used_bytes_; }
   void release(size_t mark);
 
+  // num_elems floats (64-byte aligned, contents unspecified).
+  float* allocate_floats(int64_t num_elems) {
+    return reinterpret_cast<float*>(
+        allocate(static_cast<size_t>(num_elems) * sizeof(float)).data());
+  }
+
   size_t capacity_bytes() const { return buffer_.size_bytes(); }
   size_t used_bytes() const { return used_bytes_; }
   size_t peak_bytes() const { return peak_bytes_; }

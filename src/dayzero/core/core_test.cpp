@@ -15,7 +15,7 @@
 #include "dayzero/core/tensor.h"
 
 namespace dz {
-namespace {
+namespace core_test {
 
 Result<int> parse_positive(int value) {
   if (value <= 0)
@@ -145,5 +145,5 @@ TEST(MappedFile, MapsContentsAndReportsMissingFiles) {
   std::remove(path.c_str());
 }
 
-}  // namespace
+}  // namespace core_test
 }  // namespace dz

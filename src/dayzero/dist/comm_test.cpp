@@ -9,7 +9,7 @@
 #include "dayzero/formats/codecs.h"
 
 namespace dz::dist {
-namespace {
+namespace comm_test {
 
 TEST(EvenSplit, CoversTheRangeWithTheFirstPartsLonger) {
   EXPECT_EQ(even_split(10, 4), (std::vector<int64_t>{3, 3, 2, 2}));
@@ -66,5 +66,5 @@ TEST(CommStats, AddsByLayerAndOperation) {
   EXPECT_EQ(stats.total().calls, 0);
 }
 
-}  // namespace
+}  // namespace comm_test
 }  // namespace dz::dist

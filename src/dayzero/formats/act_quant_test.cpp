@@ -12,7 +12,7 @@
 #include "dayzero/formats/codecs.h"
 
 namespace dz::formats {
-namespace {
+namespace act_quant_test {
 
 std::vector<uint16_t> to_bf16(const std::vector<float>& values) {
   std::vector<uint16_t> codes(values.size());
@@ -138,5 +138,5 @@ TEST(ActQuant, NanOrInfGroupGetsNanScaleAndNanCodes) {
   EXPECT_NE(codes[0], 0x7F);
 }
 
-}  // namespace
+}  // namespace act_quant_test
 }  // namespace dz::formats

@@ -11,7 +11,7 @@
 #include <vector>
 
 namespace dz::formats {
-namespace {
+namespace checkpoint_test {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -244,5 +244,5 @@ TEST_F(CheckpointTest, RefusesAMalformedIndex) {
             index_path() + ": weight_map[\"a\"] is 3, expected a shard file name");
 }
 
-}  // namespace
+}  // namespace checkpoint_test
 }  // namespace dz::formats

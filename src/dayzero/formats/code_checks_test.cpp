@@ -6,7 +6,7 @@
 #include <vector>
 
 namespace dz::formats {
-namespace {
+namespace code_checks_test {
 
 TEST(CodeChecks, RefusesE8m0NanScaleNamingTheFirstIndex) {
   const unsigned seed = std::random_device{}();
@@ -45,5 +45,5 @@ TEST(CodeChecks, RefusesASizeThatDoesNotMatchTheShape) {
   EXPECT_EQ(status.message(), "E4M3 codes: 7 bytes for shape [2, 4] (8 elements)");
 }
 
-}  // namespace
+}  // namespace code_checks_test
 }  // namespace dz::formats

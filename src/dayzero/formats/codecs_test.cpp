@@ -15,7 +15,7 @@
 #include <vector>
 
 namespace dz::formats {
-namespace {
+namespace codecs_test {
 
 uint32_t bits(float x) {
   return std::bit_cast<uint32_t>(x);
@@ -378,5 +378,5 @@ TEST(CodecsDeathTest, E8m0RefusesExponentsAbove127) {
   EXPECT_DEATH(encode_e8m0(128), "E8M0 exponent 128 exceeds 127");
 }
 
-}  // namespace
+}  // namespace codecs_test
 }  // namespace dz::formats

@@ -10,7 +10,7 @@
 #include "dayzero/formats/codecs.h"
 
 namespace dz::formats {
-namespace {
+namespace fp8_block_test {
 
 struct Case {
   Fp8BlockShape shape;
@@ -67,5 +67,5 @@ TEST(Fp8Block, DeepSeekKvAProjShapeHasFiveByFiftySixScales) {
   EXPECT_EQ(shape.num_scale_cols(), 56);
 }
 
-}  // namespace
+}  // namespace fp8_block_test
 }  // namespace dz::formats

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 namespace dz::formats {
-namespace {
+namespace hf_config_test {
 
 ConfigObject parse_ok(std::string_view text) {
   auto obj = ConfigObject::parse(text, "config.json");
@@ -198,5 +198,5 @@ TEST(HfConfig, ParsesGptOssMxfp4) {
   EXPECT_FALSE(q->ignores("model.layers.0.mlp.experts"));
 }
 
-}  // namespace
+}  // namespace hf_config_test
 }  // namespace dz::formats

@@ -12,7 +12,7 @@
 #include "dayzero/formats/codecs.h"
 
 namespace dz::formats {
-namespace {
+namespace mx_block_test {
 
 constexpr MxElem kElems[] = {MxElem::kE2M1, MxElem::kE4M3, MxElem::kE5M2};
 constexpr MxScaleRule kRules[] = {
@@ -210,5 +210,5 @@ TEST(MxBlock, PackFp4PutsEvenElementsInTheLowNibble) {
   EXPECT_EQ(packed, (std::vector<uint8_t>{0xA1, 0x0F, 0x87}));
 }
 
-}  // namespace
+}  // namespace mx_block_test
 }  // namespace dz::formats

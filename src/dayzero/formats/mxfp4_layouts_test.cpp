@@ -11,7 +11,7 @@
 #include "dayzero/formats/mx_block.h"
 
 namespace dz::formats {
-namespace {
+namespace mxfp4_layouts_test {
 
 // Element (r, c) of the logical weight straight from the description in docs/formats.md §3.4:
 // nibble c % 2 of byte [r, c / 2], scale code [r, c / 32].
@@ -97,5 +97,5 @@ TEST(Mxfp4Layouts, QuantizePackDequantizeRoundTrip) {
   }
 }
 
-}  // namespace
+}  // namespace mxfp4_layouts_test
 }  // namespace dz::formats

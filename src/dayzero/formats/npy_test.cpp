@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 namespace dz::formats {
-namespace {
+namespace npy_test {
 
 std::vector<float> random_values(size_t count, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -59,5 +59,5 @@ TEST(Npy, WriteReportsThePath) {
   EXPECT_EQ(status.message(), "/nonexistent-dir/x.npy: cannot open for writing");
 }
 
-}  // namespace
+}  // namespace npy_test
 }  // namespace dz::formats

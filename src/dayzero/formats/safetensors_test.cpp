@@ -11,7 +11,7 @@
 #include <vector>
 
 namespace dz::formats {
-namespace {
+namespace safetensors_test {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
@@ -489,5 +489,5 @@ TEST(SafetensorsFile, ChecksStepsInOrder) {
                "trailing bytes)");
 }
 
-}  // namespace
+}  // namespace safetensors_test
 }  // namespace dz::formats

@@ -9,7 +9,7 @@
 #include "dayzero/kernels/kernel_paths.h"
 
 namespace dz::kernels {
-namespace {
+namespace cpu_features_test {
 
 TEST(CpuIsa, ParsesTheAcceptedValuesInAnyCase) {
   for (const char* value : {"", "amx", "AMX", "Amx"}) {
@@ -83,5 +83,5 @@ TEST(CpuIsa, ProcessFeaturesFollowTheEnvironment) {
   }
 }
 
-}  // namespace
+}  // namespace cpu_features_test
 }  // namespace dz::kernels

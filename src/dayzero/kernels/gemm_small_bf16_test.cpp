@@ -12,7 +12,7 @@
 #include "dayzero/kernels/linear.h"
 
 namespace dz::kernels {
-namespace {
+namespace gemm_small_bf16_test {
 
 using dnnl::memory;
 
@@ -125,5 +125,5 @@ TEST(GemmSmallBf16, LinearForwardDispatchMatchesTheReference) {
   }
 }
 
-}  // namespace
+}  // namespace gemm_small_bf16_test
 }  // namespace dz::kernels

@@ -9,7 +9,7 @@
 #include <vector>
 
 namespace dz::kernels {
-namespace {
+namespace hadamard_test {
 
 TEST(Hadamard, MatchesTheDenseSylvesterMatrix) {
   const unsigned seed = std::random_device{}();
@@ -64,5 +64,5 @@ TEST(Hadamard, UnitVectorSpreadsToOneOverSqrtN) {
   }
 }
 
-}  // namespace
+}  // namespace hadamard_test
 }  // namespace dz::kernels

@@ -13,7 +13,7 @@
 #include "dayzero/kernels/kda_detail.h"
 
 namespace dz::kernels {
-namespace {
+namespace kda_test {
 
 constexpr double kTol = 1e-5;
 
@@ -384,5 +384,5 @@ TEST(KdaDeathTest, RejectsBadChunkSize) {
                "KDA chunk_size 65 not in \\[1, 64\\]");
 }
 
-}  // namespace
+}  // namespace kda_test
 }  // namespace dz::kernels

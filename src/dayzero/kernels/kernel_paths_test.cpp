@@ -16,7 +16,7 @@
 #include "dayzero/kernels/mla_absorb.h"
 
 namespace dz::kernels {
-namespace {
+namespace kernel_paths_test {
 
 const KernelPath& path_of(const std::vector<KernelPath>& paths, std::string_view op) {
   for (const KernelPath& p : paths)
@@ -89,5 +89,5 @@ TEST(KernelPaths, AvxWithoutAmxNamesAmxAsWhatIsMissing) {
             std::string::npos);
 }
 
-}  // namespace
+}  // namespace kernel_paths_test
 }  // namespace dz::kernels

@@ -15,7 +15,7 @@
 #include "dayzero/formats/codecs.h"
 
 namespace dz::kernels {
-namespace {
+namespace lightning_indexer_test {
 
 // A sequence of random keys in a paged index cache with a shuffled block table, and the source
 // arrays the cache was filled from (so layout bugs show against a reference that never reads the
@@ -330,5 +330,5 @@ TEST(LightningIndexerDeathTest, RefusesAShortWorkspaceAndBlockTable) {
                "block table has 3 blocks, 49 visible keys need 4");
 }
 
-}  // namespace
+}  // namespace lightning_indexer_test
 }  // namespace dz::kernels

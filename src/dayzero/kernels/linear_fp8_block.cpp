@@ -26,7 +26,6 @@ constexpr int64_t kFp8GemmMinTokens = 9;
 // Output rows per dequantized tile: 64 × 7168 BF16 is 0.9 MiB, half the L2, leaving room for
 // oneDNN's packed copy of it.
 constexpr int64_t kTileRows = 64;
-constexpr int64_t kTileTokens = 256;  // tokens per tile GEMM
 
 }  // namespace
 
@@ -203,7 +202,7 @@ void Fp8BlockLinear::forward_tiles(const ExecContext& ctx, const float* x, int64
   }
   const size_t elem_bytes = f32 ? sizeof(float) : sizeof(uint16_t);
   const int64_t num_row_tiles = (out_features + kTileRows - 1) / kTileRows;
-  const int64_t num_token_tiles = (num_tokens + kTileTokens - 1) / kTileTokens;
+  const int64_t num_token_tiles = (num_tokens + detail::kTileTokens - 1) / detail::kTileTokens;
   // Task = (row tile, token tile), token tiles innermost so a thread's consecutive tasks tend to
   // share a row tile (it still dequantizes it once per task: cheap next to the GEMM).
   parallel_for(ctx, num_row_tiles * num_token_tiles, 1, [&](int64_t task_begin, int64_t task_end) {
@@ -212,8 +211,8 @@ void Fp8BlockLinear::forward_tiles(const ExecContext& ctx, const float* x, int64
     for (int64_t task = task_begin; task < task_end; ++task) {
       const int64_t row_begin = (task / num_token_tiles) * kTileRows;
       const int64_t rows = std::min(kTileRows, out_features - row_begin);
-      const int64_t token_begin = (task % num_token_tiles) * kTileTokens;
-      const int64_t tokens = std::min(kTileTokens, num_tokens - token_begin);
+      const int64_t token_begin = (task % num_token_tiles) * detail::kTileTokens;
+      const int64_t tokens = std::min(detail::kTileTokens, num_tokens - token_begin);
       std::byte* tile =
           detail::ensure(tile_buffer, static_cast<size_t>(rows * in_features) * elem_bytes);
       if (f32)

@@ -27,7 +27,6 @@ constexpr int64_t kMxfp4GemmMinTokens = 9;
 // the K3 experts' 3072, and fits in the 2 MiB L2 next to oneDNN's packed copy.
 constexpr size_t kWorkspaceBytes = size_t{1} << 20;
 constexpr int64_t kMaxTileRows = 256;
-constexpr int64_t kTileTokens = 256;  // tokens per tile GEMM
 
 }  // namespace
 
@@ -229,15 +228,15 @@ void Mxfp4Linear::forward_tiles(const ExecContext& ctx, const float* x, int64_t 
   detail::round_activations(ctx, x, num_elems, x_bf16, x_f32);
   const int64_t rows_per_tile = tile_rows();
   const int64_t num_row_tiles = (out_features_ + rows_per_tile - 1) / rows_per_tile;
-  const int64_t num_token_tiles = (num_tokens + kTileTokens - 1) / kTileTokens;
+  const int64_t num_token_tiles = (num_tokens + detail::kTileTokens - 1) / detail::kTileTokens;
   parallel_for(ctx, num_row_tiles * num_token_tiles, 1, [&](int64_t task_begin, int64_t task_end) {
     thread_local AlignedBuffer workspace;
     std::byte* tile = detail::ensure(workspace, kWorkspaceBytes);
     for (int64_t task = task_begin; task < task_end; ++task) {
       const int64_t row_begin = (task / num_token_tiles) * rows_per_tile;
       const int64_t rows = std::min(rows_per_tile, out_features_ - row_begin);
-      const int64_t token_begin = (task % num_token_tiles) * kTileTokens;
-      const int64_t tokens = std::min(kTileTokens, num_tokens - token_begin);
+      const int64_t token_begin = (task % num_token_tiles) * detail::kTileTokens;
+      const int64_t tokens = std::min(detail::kTileTokens, num_tokens - token_begin);
       bool f32 = false;
       for (int64_t i = row_begin; i < row_begin + rows; ++i)
         f32 = f32 || row_subnormal_[static_cast<size_t>(i)] != 0;

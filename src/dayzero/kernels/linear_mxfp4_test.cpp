@@ -24,7 +24,7 @@
 #include "dayzero/kernels/linear_ref.h"
 
 namespace dz::kernels {
-namespace {
+namespace linear_mxfp4_test {
 
 constexpr double kTolerance = 1e-5;
 
@@ -394,5 +394,5 @@ TEST(LinearMxfp4, WorkspaceIsFixedAndHoldsATile) {
   EXPECT_EQ(LinearWeight::mxfp4_workspace_bytes_per_thread(), size_t{1} << 20);
 }
 
-}  // namespace
+}  // namespace linear_mxfp4_test
 }  // namespace dz::kernels

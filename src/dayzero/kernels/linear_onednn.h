@@ -33,6 +33,9 @@ class OmpThreads {
 
 // B for a tile of W rows [tile_rows, in] row-major: tileᵀ [in, tile_rows] in "ba".
 dnnl::memory::desc tile_weights_desc(int64_t in, int64_t tile_rows, bool f32);
+// Tokens per GEMM of the tile paths (FP8 block, MXFP4): the weights are dequantized a tile of
+// rows at a time and multiplied with this many tokens at once.
+inline constexpr int64_t kTileTokens = 256;
 
 // One matmul y [num_tokens, cols] (rows y_stride floats apart, FP32) = x [num_tokens, in] · B,
 // x as BF16 codes (FP32 when f32, row-major) and B [in, cols] laid out as weights_desc says.

@@ -26,7 +26,7 @@
 #include "dayzero/kernels/linear_ref.h"
 
 namespace dz::kernels {
-namespace {
+namespace linear_test {
 
 using ::testing::HasSubstr;
 
@@ -607,5 +607,5 @@ TEST(LinearWeight, RefusesBadFp8Weights) {
   EXPECT_THAT(inf_scale.status().message(), HasSubstr("non-finite value inf at index [1, 1]"));
 }
 
-}  // namespace
+}  // namespace linear_test
 }  // namespace dz::kernels

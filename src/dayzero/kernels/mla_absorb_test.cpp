@@ -11,7 +11,7 @@
 #include <vector>
 
 namespace dz::kernels {
-namespace {
+namespace mla_absorb_test {
 
 constexpr double kTol = 1e-5;
 
@@ -187,5 +187,5 @@ TEST(MlaAbsorbDeathTest, Avx512RejectsOddShapes) {
                "r_kv % 64 == 0 and d_v % 4 == 0, got r_kv=48 d_v=8");
 }
 
-}  // namespace
+}  // namespace mla_absorb_test
 }  // namespace dz::kernels

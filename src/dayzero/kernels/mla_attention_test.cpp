@@ -17,7 +17,7 @@
 #include "dayzero/kernels/mla_attention_vec.h"
 
 namespace dz::kernels {
-namespace {
+namespace mla_attention_test {
 
 double rel_rms(const std::vector<float>& out, const std::vector<float>& ref) {
   double err = 0, norm = 0;
@@ -406,5 +406,5 @@ TEST(MlaAttention, SelectingALaterPositionIsRefused) {
                "query at 5 selects the later position 9");
 }
 
-}  // namespace
+}  // namespace mla_attention_test
 }  // namespace dz::kernels

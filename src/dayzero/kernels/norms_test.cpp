@@ -9,7 +9,7 @@
 #include "dayzero/formats/codecs.h"
 
 namespace dz::kernels {
-namespace {
+namespace norms_test {
 
 // FP32 kernels against FP64 references on fresh random rows (odd widths, strided rows):
 // relative RMS error < 1e-5 (docs/models.md §8.1, fp32 kernels).
@@ -68,5 +68,5 @@ TEST(Norms, RoundToBf16MatchesTheCodec) {
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(rounded[i], formats::round_to_bf16(x[i]));
 }
 
-}  // namespace
+}  // namespace norms_test
 }  // namespace dz::kernels

@@ -14,7 +14,7 @@
 #include "dayzero/formats/codecs.h"
 
 namespace dz::kernels {
-namespace {
+namespace paged_cache_test {
 
 // Values whose magnitude varies per 128-tile (so each tile gets its own scale), not BF16-valued.
 std::vector<float> random_values(std::mt19937& rng, int64_t num_elems, bool vary_tiles) {
@@ -181,5 +181,5 @@ TEST(PagedCache, IndexKeyOfTheWrongWidthIsRefused) {
                "index key of 64 codes, want 128");
 }
 
-}  // namespace
+}  // namespace paged_cache_test
 }  // namespace dz::kernels

@@ -8,7 +8,7 @@
 #include <vector>
 
 namespace dz::kernels {
-namespace {
+namespace rope_test {
 
 // DeepSeek-V3.2's YaRN (docs/models.md §1.3): d_r 64, θ 10000, factor 40, L0 4096, β 32/1. The ramp
 // runs from pair 10 (unchanged at and below) to pair 23 (divided by 40 at and above).
@@ -78,5 +78,5 @@ TEST(ApplyRope, LayoutsDiffer) {
   EXPECT_NE(a, b);
 }
 
-}  // namespace
+}  // namespace rope_test
 }  // namespace dz::kernels

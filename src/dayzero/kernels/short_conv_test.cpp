@@ -10,7 +10,7 @@
 #include "dayzero/formats/codecs.h"
 
 namespace dz::kernels {
-namespace {
+namespace short_conv_test {
 
 struct ConvInputs {
   int64_t channels = 0, width = 0, num_tokens = 0;
@@ -110,5 +110,5 @@ TEST(ShortConvDeathTest, RejectsWideKernel) {
       "short conv width 9 not in \\[1, 8\\]");
 }
 
-}  // namespace
+}  // namespace short_conv_test
 }  // namespace dz::kernels

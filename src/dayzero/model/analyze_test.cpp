@@ -11,7 +11,7 @@
 #include "dayzero/model/arch/config_test_util.h"
 
 namespace dz::model {
-namespace {
+namespace analyze_test {
 
 Analysis analyze(const std::string& name, const AnalyzeOptions& options) {
   Result<formats::ConfigObject> root =
@@ -242,5 +242,5 @@ TEST(Analyze, ExpectedRemoteRanks) {
   EXPECT_EQ(expected_remote_ranks(8, 2, 1), 0.0);
 }
 
-}  // namespace
+}  // namespace analyze_test
 }  // namespace dz::model

@@ -21,6 +21,9 @@ class Checkpoint;
 
 namespace dz::model {
 
+// The most decoder layers (main + MTP) a config may declare: a sanity bound against hostile files.
+inline constexpr int64_t kMaxLayers = 4096;
+
 class CausalLm;
 struct ModelOptions;
 

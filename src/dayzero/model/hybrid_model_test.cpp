@@ -47,7 +47,7 @@
 #include "dayzero/model/blocks/attn_res.h"
 
 namespace dz::model {
-namespace {
+namespace hybrid_model_test {
 
 using kernels::LinearWeight;
 
@@ -678,5 +678,5 @@ TEST(HybridModelTest, CacheLayersFollowEachLayersMixer) {
   EXPECT_EQ(cache.state_bytes_per_slot(), 2 * specs[0].kda.slot_bytes());
 }
 
-}  // namespace
+}  // namespace hybrid_model_test
 }  // namespace dz::model

@@ -6,7 +6,7 @@
 #include <random>
 
 namespace dz::model {
-namespace {
+namespace kv_cache_test {
 
 LayerCacheSpec deepseek_layer(kernels::KvCacheDtype dtype) {
   return {.mla = {.latent_dim = 512, .rope_dim = 64, .dtype = dtype}, .index_key_dim = 128};
@@ -247,5 +247,5 @@ TEST(SequentialBlocks, HandsOutBlocksFromTheTopAndMapsSlots) {
             "KV cache: 65 tokens need 5 blocks of 16, the pool has 4");
 }
 
-}  // namespace
+}  // namespace kv_cache_test
 }  // namespace dz::model

@@ -11,7 +11,7 @@
 #include "dayzero/model/inspect.h"
 
 namespace dz::model {
-namespace {
+namespace registry_test {
 
 using testing::parse_error;
 using testing::parse_ok;
@@ -152,5 +152,5 @@ TEST(Registry, KimiLinearParameterTotalsMatchPublished) {
   EXPECT_EQ(s.by_dtype.count("F8_E4M3"), 0u);
 }
 
-}  // namespace
+}  // namespace registry_test
 }  // namespace dz::model

@@ -14,7 +14,7 @@
 #include "dayzero/model/kv_cache.h"
 
 namespace dz::model {
-namespace {
+namespace synthetic_model_test {
 
 // A small hybrid with every mixer, a dense first layer then MoE, FP8 weights, MXFP4 experts and
 // the FP8 latent cache.
@@ -232,5 +232,5 @@ TEST(SyntheticModelTest, BenchConfigsParse) {
   }
 }
 
-}  // namespace
+}  // namespace synthetic_model_test
 }  // namespace dz::model

@@ -13,7 +13,7 @@
 #include "dayzero/formats/codecs.h"
 
 namespace dz::model {
-namespace {
+namespace weight_loader_test {
 
 struct RawTensor {
   std::string name;
@@ -392,5 +392,5 @@ TEST_P(WeightLoaderTest, FloatSlicesAndEmbeddingRows) {
 
 INSTANTIATE_TEST_SUITE_P(Alignment, WeightLoaderTest, ::testing::Values(0u, 1u));
 
-}  // namespace
+}  // namespace weight_loader_test
 }  // namespace dz::model

@@ -19,6 +19,13 @@
 
 namespace dz::runtime {
 
+// What a ForwardBatch points into (outside the anonymous namespace: EngineCore::Impl holds two).
+struct BatchBuffers {
+  std::vector<int32_t> token_ids;
+  std::vector<int32_t> positions;
+  std::vector<int64_t> slot_mapping;
+};
+
 namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) {
@@ -86,13 +93,6 @@ struct BatchSpan {
   const Request* request = nullptr;
   int64_t begin = 0;
   int64_t num_tokens = 0;
-};
-
-// What a ForwardBatch points into.
-struct BatchBuffers {
-  std::vector<int32_t> token_ids;
-  std::vector<int32_t> positions;
-  std::vector<int64_t> slot_mapping;
 };
 
 // The one place a ForwardBatch of requests is made, for the main model and the MTP head alike:

@@ -15,7 +15,7 @@
 #include "dayzero/runtime/testing/recording_lm.h"
 
 namespace dz::runtime {
-namespace {
+namespace engine_core_test {
 
 using testing::expected_tokens;
 using testing::kFakeVocab;
@@ -1323,5 +1323,5 @@ TEST(EngineCore, BlocksFromTheCacheBudget) {
   EXPECT_FALSE(engine->validate_request(greedy(std::vector<int32_t>(201, 1), 10)).ok());
 }
 
-}  // namespace
+}  // namespace engine_core_test
 }  // namespace dz::runtime

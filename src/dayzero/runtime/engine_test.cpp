@@ -14,7 +14,7 @@
 #include "dayzero/kernels/paged_cache.h"
 
 namespace dz::runtime {
-namespace {
+namespace engine_test {
 
 using std::chrono::milliseconds;
 
@@ -552,5 +552,5 @@ TEST(EngineTest, TheLoopSleepsWhenIdle) {
   EXPECT_EQ(model.num_forwards(), 0);
 }
 
-}  // namespace
+}  // namespace engine_test
 }  // namespace dz::runtime

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 namespace dz::runtime {
-namespace {
+namespace generation_config_test {
 
 class GenerationConfigTest : public ::testing::Test {
  protected:
@@ -61,5 +61,5 @@ TEST_F(GenerationConfigTest, WrongTypesNameTheField) {
   EXPECT_NE(d.status().message().find("temperature"), std::string::npos);
 }
 
-}  // namespace
+}  // namespace generation_config_test
 }  // namespace dz::runtime

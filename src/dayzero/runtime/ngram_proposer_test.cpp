@@ -6,7 +6,7 @@
 #include <random>
 
 namespace dz::runtime {
-namespace {
+namespace ngram_proposer_test {
 
 // The definition, spelled out: every (n, end) pair, longest n first, then the latest end.
 std::vector<int32_t> reference(const std::vector<int32_t>& t, const NgramConfig& c) {
@@ -84,5 +84,5 @@ TEST(NgramProposer, ConfigChecksNameTheField) {
             std::string::npos);
 }
 
-}  // namespace
+}  // namespace ngram_proposer_test
 }  // namespace dz::runtime

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 namespace dz::runtime {
-namespace {
+namespace perplexity_test {
 
 std::vector<float> random_logits(size_t count, uint32_t seed, float stddev, float offset) {
   std::mt19937 rng(seed);
@@ -108,5 +108,5 @@ TEST(PerplexitySummary, ExpOfMeanNll) {
   EXPECT_NEAR(summary.perplexity(), 20.0, 1e-9);
 }
 
-}  // namespace
+}  // namespace perplexity_test
 }  // namespace dz::runtime

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 namespace dz::runtime {
-namespace {
+namespace philox_test {
 
 // Known answers from Random123's kat_vectors (counter[4] key[2] -> output[4]).
 TEST(Philox, MatchesRandom123KnownAnswers) {
@@ -34,5 +34,5 @@ TEST(Philox, UniformIsInUnitIntervalAndDependsOnEveryKeyPart) {
   EXPECT_NEAR(sum / 20000, 0.5, 0.01);
 }
 
-}  // namespace
+}  // namespace philox_test
 }  // namespace dz::runtime

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 namespace dz::runtime {
-namespace {
+namespace sampler_test {
 
 std::vector<float> random_logits(size_t count, uint32_t seed, float stddev = 2.0f) {
   std::mt19937 rng(seed);
@@ -415,5 +415,5 @@ TEST(Sampler, ValidationNamesTheField) {
                   .ok());
 }
 
-}  // namespace
+}  // namespace sampler_test
 }  // namespace dz::runtime

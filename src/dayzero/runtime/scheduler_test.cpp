@@ -6,7 +6,7 @@
 #include <vector>
 
 namespace dz::runtime {
-namespace {
+namespace scheduler_test {
 
 constexpr int64_t kBlock = 4;
 
@@ -254,5 +254,5 @@ TEST(Scheduler, NoForkBeyondMaxNumSeqs) {
   ASSERT_TRUE(f.scheduler.check_invariants().ok());
 }
 
-}  // namespace
+}  // namespace scheduler_test
 }  // namespace dz::runtime

@@ -5,7 +5,7 @@
 #include <string>
 
 namespace dz::runtime {
-namespace {
+namespace speculative_config_test {
 
 std::string error_of(std::string_view json) {
   const Result<SpeculativeConfig> config = parse_speculative_config(json);
@@ -74,5 +74,5 @@ TEST(SpeculativeConfig, BadConfigsNameWhatIsWrong) {
             std::string::npos);
 }
 
-}  // namespace
+}  // namespace speculative_config_test
 }  // namespace dz::runtime

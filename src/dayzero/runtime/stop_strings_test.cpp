@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 namespace dz::runtime {
-namespace {
+namespace stop_strings_test {
 
 // Pushes pieces one by one; returns what was streamed after each, then finish() if not stopped.
 std::vector<std::string> stream(StopMatcher& matcher, const std::vector<std::string>& pieces) {
@@ -120,5 +120,5 @@ TEST(StopMatcher, RandomSplitsMatchTheWholeTextSearch) {
   }
 }
 
-}  // namespace
+}  // namespace stop_strings_test
 }  // namespace dz::runtime

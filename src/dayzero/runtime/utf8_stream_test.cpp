@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 namespace dz::runtime {
-namespace {
+namespace utf8_stream_test {
 
 // "aé€😀" in UTF-8: 1 + 2 + 3 + 4 bytes.
 const std::string kText = "a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80";
@@ -69,5 +69,5 @@ TEST(Utf8Stream, TailLengths) {
   EXPECT_EQ(incomplete_utf8_tail("\xF0\x9F\x98"), 3u);
 }
 
-}  // namespace
+}  // namespace utf8_stream_test
 }  // namespace dz::runtime

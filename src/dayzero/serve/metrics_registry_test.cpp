@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 namespace dz::serve {
-namespace {
+namespace metrics_registry_test {
 
 TEST(MetricsRegistry, CountersAndGaugesExposeWithHelpTypeAndLabels) {
   MetricsRegistry registry("vllm");
@@ -121,5 +121,5 @@ TEST(MetricsRegistryDeathTest, OneNameWithTwoKindsIsAProgrammingError) {
   EXPECT_DEATH(registry.gauge("x_total", "X."), "used with two kinds");
 }
 
-}  // namespace
+}  // namespace metrics_registry_test
 }  // namespace dz::serve

@@ -17,7 +17,7 @@
 #include "dayzero/runtime/testing/recording_lm.h"
 
 namespace dz::serve {
-namespace {
+namespace server_test {
 
 using std::chrono::milliseconds;
 
@@ -257,5 +257,5 @@ TEST_F(ServerTest, ResourceExhaustedAfterSubmitIsAnOverload) {
   EXPECT_TRUE(failed.retry_after.empty());
 }
 
-}  // namespace
+}  // namespace server_test
 }  // namespace dz::serve

@@ -12,7 +12,6 @@ namespace {
   DZ_READ_CONFIG_FIELD(obj, c, method, field __VA_OPT__(, ) __VA_ARGS__)
 
 // Far above any published model; keeps tensor tables of hostile configs bounded.
-constexpr int64_t kMaxLayers = 4096;
 
 Status check_contradictions(const formats::ConfigObject& obj, const DeepseekV32Config& c) {
   if (c.num_hidden_layers + c.num_nextn_predict_layers > kMaxLayers)

@@ -5,7 +5,7 @@
 #include "dayzero/model/arch/config_test_util.h"
 
 namespace dz::model {
-namespace {
+namespace deepseek_v32_test {
 
 using testing::parse_error;
 using testing::real_config;
@@ -160,5 +160,5 @@ TEST(DeepseekV32, UnquantizedConfigHasPlainLinears) {
   EXPECT_EQ(t.find("model.layers.3.self_attn.q_a_proj.weight_scale_inv"), nullptr);
 }
 
-}  // namespace
+}  // namespace deepseek_v32_test
 }  // namespace dz::model

@@ -13,8 +13,6 @@ namespace {
 #define READ(method, field, ...) \
   DZ_READ_CONFIG_FIELD(obj, c, method, field __VA_OPT__(, ) __VA_ARGS__)
 
-constexpr int64_t kMaxLayers = 4096;
-
 // Field names as in text_config; linear_attn_config's layer lists are 0-based in this release
 // (they hold 0 and 44 for 45 layers), unlike Kimi-Linear's.
 struct Glm5NextConfig {

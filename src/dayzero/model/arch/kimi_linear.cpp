@@ -13,7 +13,6 @@ namespace dz::model {
 namespace {
 
 // Far above any published model; keeps schedules and tensor tables of hostile configs bounded.
-constexpr int64_t kMaxLayers = 4096;
 
 #define READ(method, field, ...) \
   DZ_READ_CONFIG_FIELD(obj, c, method, field __VA_OPT__(, ) __VA_ARGS__)

@@ -5,7 +5,7 @@
 #include "dayzero/model/arch/config_test_util.h"
 
 namespace dz::model {
-namespace {
+namespace kimi_linear_test {
 
 using testing::parse_error;
 using testing::real_config;
@@ -268,5 +268,5 @@ TEST(KimiK3, RefusesBadNestedFields) {
             "divisible by 32 (expert width 3580, moe_intermediate_size 3072)");
 }
 
-}  // namespace
+}  // namespace kimi_linear_test
 }  // namespace dz::model

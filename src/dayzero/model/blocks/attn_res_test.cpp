@@ -15,7 +15,7 @@
 #include <vector>
 
 namespace dz::model {
-namespace {
+namespace attn_res_test {
 
 // FP32 kernels against the FP64 reference, per token (docs/models.md §8.1: 1e-5). Typical errors
 // are 1e-7; rows of mixed magnitudes (1e-20 … 1e20) reached 1.4e-6 in one of a few hundred seeds.
@@ -227,5 +227,5 @@ TEST(AttnRes, PhasesCompose) {
   EXPECT_EQ(out, rows.values[0]);
 }
 
-}  // namespace
+}  // namespace attn_res_test
 }  // namespace dz::model

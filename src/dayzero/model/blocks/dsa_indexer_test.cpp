@@ -16,7 +16,7 @@
 #include "dayzero/formats/codecs.h"
 
 namespace dz::model {
-namespace {
+namespace dsa_indexer_test {
 
 // deepseek_v32-tiny's indexer (docs/models.md §8): 8 heads × 128, rope 64 with YaRN 40 / 4096 / 32
 // / 1, index_topk 16, hidden 256, q_lora_rank 128.
@@ -486,5 +486,5 @@ TEST_F(DsaIndexerTest, SequencesOfOneBatchAreIndependent) {
   expect_close(reference(weights_, b.x, b.c_q, tiny_config(), {}), rows_b);
 }
 
-}  // namespace
+}  // namespace dsa_indexer_test
 }  // namespace dz::model

@@ -20,10 +20,6 @@ namespace {
 // Elementwise loops over tokens run in ranges of this many tokens.
 constexpr int64_t kTokenGrain = 16;
 
-float* take_floats(Arena& scratch, int64_t num_elems) {
-  return reinterpret_cast<float*>(scratch.allocate(static_cast<size_t>(num_elems) * 4).data());
-}
-
 float sigmoid(float x) {
   return 1.0f / (1.0f + std::exp(-x));
 }
@@ -147,13 +143,13 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
   if (T == 0) return;
 
   // 1. q̂, k̂, v̂ = projections rounded to BF16: hat [3, T, H·d].
-  float* hat = take_floats(scratch, 3 * T * hd);
+  float* hat = scratch.allocate_floats(3 * T * hd);
   const kernels::LinearWeight* proj[3] = {&w.q_proj, &w.k_proj, &w.v_proj};
   for (int i = 0; i < 3; ++i) proj[i]->forward(ctx, x, T, hat + i * T * hd);
   kernels::round_to_bf16(hat, 3 * T * hd);
 
   // 2. q, k, v = SiLU(conv) rounded to BF16, per sequence over its slot's conv rows.
-  float* qkv = take_floats(scratch, 3 * T * hd);
+  float* qkv = scratch.allocate_floats(3 * T * hd);
   const float* conv_w[3] = {w.q_conv.data(), w.k_conv.data(), w.v_conv.data()};
   for (size_t i = 0; i < batch.sequences.size(); ++i) {
     const SequenceSlice& seq = batch.sequences[i];
@@ -189,7 +185,7 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
   tap(taps, layer_id, "kda_v", v, Shape{T, hd});
 
   // 4. g = gate(round(f_b(round(f_a(x)))) + dt_bias), FP32.
-  float* low = take_floats(scratch, T * low_rank_width(w));
+  float* low = scratch.allocate_floats(T * low_rank_width(w));
   float* g = hat;  // q̂ is consumed
   const int64_t r_f = w.f_a_proj.out_features();
   w.f_a_proj.forward(ctx, x, T, low);
@@ -213,7 +209,7 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
   tap(taps, layer_id, "kda_g", g, Shape{T, hd});
 
   // 5. β = σ(round(b_proj(x))), [T, H].
-  float* beta = take_floats(scratch, T * H);
+  float* beta = scratch.allocate_floats(T * H);
   w.b_proj.forward(ctx, x, T, beta);
   for (int64_t i = 0; i < T * H; ++i) beta[i] = sigmoid(formats::round_to_bf16(beta[i]));
   tap(taps, layer_id, "kda_beta", beta, Shape{T, H});

@@ -46,7 +46,7 @@
 #include "dayzero/model/kv_cache.h"
 
 namespace dz::model {
-namespace {
+namespace kda_test {
 
 using namespace kda_testing;  // NOLINT: the block builder shared with the CP tests
 
@@ -646,5 +646,5 @@ TEST(KdaBlockDeathTest, RefusesTwoOutputGatesAndWrongShapes) {
                "KDA layer 3: sequence at token 0 has state slot 2, the pool has 2");
 }
 
-}  // namespace
+}  // namespace kda_test
 }  // namespace dz::model

@@ -26,10 +26,6 @@ constexpr int64_t kPrefillKeyBlock = 64;
 // this many tokens (each chunk up-projects its key range once).
 constexpr int64_t kPrefillQueryChunk = 1024;
 
-float* take_floats(Arena& scratch, int64_t num_elems) {
-  return reinterpret_cast<float*>(scratch.allocate(static_cast<size_t>(num_elems) * 4).data());
-}
-
 // FP32 buffers of forward(): q, kv, o, the gate, q_abs and o_lat (one query chunk).
 int64_t buffer_floats(const MlaConfig& c, int64_t num_tokens) {
   const int64_t H = c.num_heads, chunk = std::min(num_tokens, kPrefillQueryChunk);
@@ -179,10 +175,10 @@ void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
   if (T == 0) return;
 
   // q [T, H, d_n + d_r] from c_q (q LoRA) or x (q_proj); kv [T, r_kv + d_r] = [c_raw ; k_raw].
-  float* q = take_floats(scratch, T * H * q_width);
+  float* q = scratch.allocate_floats(T * H * q_width);
   weights_.q_b_proj.forward(ctx, c.q_lora_rank > 0 ? c_q : x, T, q);
   kernels::round_to_bf16(q, T * H * q_width);
-  float* kv = take_floats(scratch, T * (r_kv + d_r));
+  float* kv = scratch.allocate_floats(T * (r_kv + d_r));
   weights_.kv_a_proj_with_mqa.forward(ctx, x, T, kv);
   kernels::round_to_bf16(kv, T * (r_kv + d_r));
   // c_kv = RMSNorm(c_raw) in place; the rope part is not normalized.
@@ -216,9 +212,9 @@ void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
       split != nullptr ? split->mla_history(cache.layout, cache.pool, fresh, layer_id)
                        : ContextSplit::History{};
 
-  float* o = take_floats(scratch, T * H * d_v);  // [T, H, d_v]
-  float* q_abs = take_floats(scratch, std::min(T, kPrefillQueryChunk) * H * r_kv);
-  float* o_lat = take_floats(scratch, std::min(T, kPrefillQueryChunk) * H * r_kv);
+  float* o = scratch.allocate_floats(T * H * d_v);  // [T, H, d_v]
+  float* q_abs = scratch.allocate_floats(std::min(T, kPrefillQueryChunk) * H * r_kv);
+  float* o_lat = scratch.allocate_floats(std::min(T, kPrefillQueryChunk) * H * r_kv);
   std::span<std::byte> workspace =
       scratch.allocate(attention_workspace_bytes(ctx, c, T, selection.width));
 
@@ -319,7 +315,7 @@ void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
   if (split != nullptr) attend_sharded(ctx, batch, q, cache, selection, o, workspace, layer_id);
 
   if (c.output_gate) {  // K3: o_h ⊙ σ(Linear(x; g_proj))_h, the gate logits rounded like any linear
-    float* gate = take_floats(scratch, T * H * d_v);
+    float* gate = scratch.allocate_floats(T * H * d_v);
     weights_.g_proj->forward(ctx, x, T, gate);
     kernels::round_to_bf16(gate, T * H * d_v);
     for (int64_t i = 0; i < T * H * d_v; ++i) o[i] *= 1.0f / (1.0f + std::exp(-gate[i]));

@@ -17,7 +17,7 @@
 #include "dayzero/formats/codecs.h"
 
 namespace dz::model {
-namespace {
+namespace mla_test {
 
 using formats::round_to_bf16;
 using kernels::KvCacheDtype;
@@ -599,5 +599,5 @@ TEST(MlaBlock, MisshapedKvBProjIsRefused) {
   EXPECT_DEATH(MlaBlock(s.config, std::move(w)), "kv_b_proj is \\[128, 64\\], want \\[256, 64\\]");
 }
 
-}  // namespace
+}  // namespace mla_test
 }  // namespace dz::model

@@ -21,11 +21,6 @@ namespace {
 // their GEMV paths (FP8 block below 9 tokens, MXFP4 up to 8), one pass over the weights.
 constexpr int64_t kFewTokensPerExpert = 8;
 
-float* take_floats(Arena& scratch, int64_t num_elems) {
-  return reinterpret_cast<float*>(
-      scratch.allocate(static_cast<size_t>(num_elems) * sizeof(float)).data());
-}
-
 size_t floats_bytes(int64_t num_elems) {
   // Arena rounds every allocation up to its 64-byte alignment.
   return (static_cast<size_t>(num_elems) * sizeof(float) + 63) / 64 * 64;
@@ -230,8 +225,8 @@ void gated_mlp_forward(const ExecContext& ctx, const MlpWeights& weights,
                        float* out, Arena& scratch) {
   check_activation(activation);
   const int64_t inter = weights.gate_proj.out_features();
-  float* gate = take_floats(scratch, num_tokens * inter);
-  float* up = take_floats(scratch, num_tokens * inter);
+  float* gate = scratch.allocate_floats(num_tokens * inter);
+  float* up = scratch.allocate_floats(num_tokens * inter);
   gated_into(ctx, weights, activation, x, num_tokens, out, gate, up);
 }
 
@@ -430,11 +425,11 @@ void MoeBlock::run_routed(const ExecContext& ctx, const float* rows, int64_t num
   std::vector<int64_t> row_slots(slot_row.size());
   for (int64_t s = 0; s < num_slots; ++s) row_slots[row_fill[slot_row[s]]++] = s;
 
-  float* slot_out = take_floats(scratch, num_slots * r);  // weighted output of each slot
-  float* gathered = take_floats(scratch, num_rows * r);
-  float* expert_out = take_floats(scratch, num_rows * std::max(d, r));
-  float* gate = take_floats(scratch, num_rows * max_intermediate_);
-  float* up = take_floats(scratch, num_rows * max_intermediate_);
+  float* slot_out = scratch.allocate_floats(num_slots * r);  // weighted output of each slot
+  float* gathered = scratch.allocate_floats(num_rows * r);
+  float* expert_out = scratch.allocate_floats(num_rows * std::max(d, r));
+  float* gate = scratch.allocate_floats(num_rows * max_intermediate_);
+  float* up = scratch.allocate_floats(num_rows * max_intermediate_);
   // Expert e on its rows into the rows of its slots (weight applied), with the given buffers.
   const auto run_expert = [&](const ExecContext& on, int64_t e, float* in_rows, float* out_rows,
                               float* gate_rows, float* up_rows) {
@@ -614,7 +609,7 @@ void MoeBlock::exchange_routed(const ExecContext& ctx, const RoutingResult& rout
   if (exchange_scratch_ == nullptr || exchange_scratch_->capacity_bytes() < bytes)
     exchange_scratch_ = std::make_unique<Arena>(bytes);
   exchange_scratch_->reset();
-  float* row_sums = take_floats(*exchange_scratch_, num_rows * r);
+  float* row_sums = exchange_scratch_->allocate_floats(num_rows * r);
   run_routed(ctx, in_rows.data(), num_rows, slots, row_sums, *exchange_scratch_);
 
   // Combine: each received record's weighted sum goes back to its source, in the order received.
@@ -663,7 +658,7 @@ void MoeBlock::forward(const ExecContext& ctx, const float* x, int64_t num_token
 
   RoutingResult routed;
   if (router_is_bf16_) {
-    float* logits = take_floats(scratch, num_tokens * num_experts);
+    float* logits = scratch.allocate_floats(num_tokens * num_experts);
     router_.forward(ctx, x, num_tokens, logits);
     const float* bias = weights_.e_score_correction_bias.empty()
                             ? nullptr
@@ -694,17 +689,17 @@ void MoeBlock::forward(const ExecContext& ctx, const float* x, int64_t num_token
     }
   }
 
-  float* sum = take_floats(scratch, num_tokens * d);
+  float* sum = scratch.allocate_floats(num_tokens * d);
   // The routed experts' input and FP32 sum: x and `sum` itself, or z and y_lat when latent.
   const float* expert_in = x;
   float* routed_sum = sum;
   if (latent) {
-    float* z = take_floats(scratch, num_tokens * r);
+    float* z = scratch.allocate_floats(num_tokens * r);
     weights_.latent_down_proj->forward(ctx, x, num_tokens, z);
     kernels::round_to_bf16(z, num_tokens * r);
     tap(taps, layer_id, "latent_in", z, Shape{num_tokens, r});
     expert_in = z;
-    routed_sum = take_floats(scratch, num_tokens * r);
+    routed_sum = scratch.allocate_floats(num_tokens * r);
   }
   const size_t routed_work = scratch.mark();
   if (exchange) {
@@ -733,15 +728,15 @@ void MoeBlock::forward(const ExecContext& ctx, const float* x, int64_t num_token
       weights_.latent_up_proj->forward(ctx, routed_sum, num_tokens, sum);
     } else {
       const int64_t cols = r / ranks, first = cols * config_.latent_comm->rank();
-      float* mine = take_floats(scratch, num_tokens * cols);
+      float* mine = scratch.allocate_floats(num_tokens * cols);
       for (int64_t t = 0; t < num_tokens; ++t)
         std::copy_n(routed_sum + t * r + first, cols, mine + t * cols);
       weights_.latent_up_proj->forward(ctx, mine, num_tokens, sum);
     }
   }
-  float* expert_out = take_floats(scratch, num_tokens * d);
-  float* gate = take_floats(scratch, num_tokens * max_intermediate_);
-  float* up = take_floats(scratch, num_tokens * max_intermediate_);
+  float* expert_out = scratch.allocate_floats(num_tokens * d);
+  float* gate = scratch.allocate_floats(num_tokens * max_intermediate_);
+  float* up = scratch.allocate_floats(num_tokens * max_intermediate_);
   for (const MlpWeights& shared : weights_.shared_experts) {
     gated_into(ctx, shared, config_.activation, x, num_tokens, expert_out, gate, up);
     for (int64_t e = 0; e < num_tokens * d; ++e) sum[e] += expert_out[e];

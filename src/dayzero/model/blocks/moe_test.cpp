@@ -23,7 +23,7 @@
 #include "dayzero/formats/codecs.h"
 
 namespace dz::model {
-namespace {
+namespace moe_test {
 
 constexpr double kOutputTolerance = 2e-3;
 constexpr double kDecisionMargin = 1e-5;
@@ -756,5 +756,5 @@ TEST(LatentMoeBlock, ForcedRoutingIsFollowed) {
   }
 }
 
-}  // namespace
+}  // namespace moe_test
 }  // namespace dz::model

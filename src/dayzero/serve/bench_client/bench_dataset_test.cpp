@@ -9,7 +9,7 @@
 #include "dayzero/serve/bench_client/load_runner.h"
 
 namespace dz::serve {
-namespace {
+namespace bench_dataset_test {
 
 std::vector<int32_t> ids_from(int32_t lo, int32_t hi) {
   std::vector<int32_t> ids(static_cast<size_t>(hi - lo));
@@ -138,5 +138,5 @@ TEST(RequestBody, CompletionsAndChat) {
       "stream_options":{"include_usage":true}})"));
 }
 
-}  // namespace
+}  // namespace bench_dataset_test
 }  // namespace dz::serve

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 namespace dz::serve {
-namespace {
+namespace bench_stats_test {
 
 TEST(Percentile, MatchesNumpyLinear) {
   // numpy.percentile(v, p) with numpy 1.x on Debian's python3 (values printed with repr).
@@ -117,5 +117,5 @@ TEST(ComputeMetrics, AllFailedIsZeros) {
   EXPECT_EQ(m.request_goodput, 0.0);
 }
 
-}  // namespace
+}  // namespace bench_stats_test
 }  // namespace dz::serve

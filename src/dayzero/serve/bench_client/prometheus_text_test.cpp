@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 namespace dz::serve {
-namespace {
+namespace prometheus_text_test {
 
 TEST(PrometheusText, SumsOverLabelSets) {
   const char* text =
@@ -38,5 +38,5 @@ TEST(PrometheusText, CounterDeltas) {
   EXPECT_EQ(d, (std::map<std::string, double>{{"a_total", 7}, {"c_total", 2}}));
 }
 
-}  // namespace
+}  // namespace prometheus_text_test
 }  // namespace dz::serve

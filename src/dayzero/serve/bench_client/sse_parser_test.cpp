@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 namespace dz::serve {
-namespace {
+namespace sse_parser_test {
 
 struct Parsed {
   std::vector<SseEvent> events;
@@ -113,5 +113,5 @@ TEST(SseParser, FinishFlushesAnUnterminatedEvent) {
   EXPECT_TRUE(parse({""}).events.empty());
 }
 
-}  // namespace
+}  // namespace sse_parser_test
 }  // namespace dz::serve

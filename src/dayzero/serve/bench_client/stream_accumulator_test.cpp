@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 namespace dz::serve {
-namespace {
+namespace stream_accumulator_test {
 
 using Clock = StreamAccumulator::Clock;
 using std::chrono::milliseconds;
@@ -130,5 +130,5 @@ TEST(StreamAccumulator, MissingDoneOrTextFails) {
   }
 }
 
-}  // namespace
+}  // namespace stream_accumulator_test
 }  // namespace dz::serve

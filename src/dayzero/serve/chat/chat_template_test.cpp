@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 namespace dz::serve::chat {
-namespace {
+namespace chat_template_test {
 
 using Json = nlohmann::ordered_json;
 namespace fs = std::filesystem;
@@ -152,5 +152,5 @@ TEST_F(ChatTemplateTest, KimiThinkingToolCallsUseTheNamespaceQueue) {
       "<|im_assistant|>assistant<|im_middle|>");
 }
 
-}  // namespace
+}  // namespace chat_template_test
 }  // namespace dz::serve::chat

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 namespace dz::serve::chat {
-namespace {
+namespace dsv32_encoder_test {
 
 using Json = nlohmann::ordered_json;
 
@@ -86,5 +86,5 @@ TEST(Dsv32Encoder, ContentPartsAndErrors) {
       "<｜begin▁of▁sentence｜><｜User｜>None<｜Assistant｜></think>");  // Python's format(None)
 }
 
-}  // namespace
+}  // namespace dsv32_encoder_test
 }  // namespace dz::serve::chat

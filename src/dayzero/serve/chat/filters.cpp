@@ -13,14 +13,6 @@ Status bad(std::string_view filter, std::string_view what) {
   return make_error(StatusCode::kInvalidArgument, "filter '{}': {}", filter, what);
 }
 
-// Positional argument i, else keyword `name`, else Undefined.
-Value arg(std::vector<Value>& args, Kwargs& kwargs, size_t i, std::string_view name) {
-  if (i < args.size()) return args[i];
-  for (auto& [k, v] : kwargs)
-    if (k == name) return v;
-  return Value();
-}
-
 std::string ascii_lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
@@ -132,16 +124,16 @@ Result<Value> apply_filter(Interpreter& in, const std::string& name, const Value
     // transformers' override: tojson(x, ensure_ascii=False, indent=None, separators=None,
     // sort_keys=False) = json.dumps with those arguments (no HTML escaping).
     JsonDumpOptions options;
-    options.ensure_ascii = arg(args, kwargs, 0, "ensure_ascii").truthy();
-    Value indent = arg(args, kwargs, 1, "indent");
+    options.ensure_ascii = argument(args, kwargs, 0, "ensure_ascii").truthy();
+    Value indent = argument(args, kwargs, 1, "indent");
     if (indent.is_int())
       options.indent = static_cast<int>(std::clamp<int64_t>(indent.as_int(), 0, 64));
-    Value separators = arg(args, kwargs, 2, "separators");
+    Value separators = argument(args, kwargs, 2, "separators");
     if (separators.is_array() && separators.items().size() == 2) {
       options.item_separator = separators.items()[0].str();
       options.key_separator = separators.items()[1].str();
     }
-    options.sort_keys = arg(args, kwargs, 3, "sort_keys").truthy();
+    options.sort_keys = argument(args, kwargs, 3, "sort_keys").truthy();
     DZ_ASSIGN_OR_RETURN(std::string text, dump_json(v, options));
     return Value::string(std::move(text));
   }
@@ -153,11 +145,11 @@ Result<Value> apply_filter(Interpreter& in, const std::string& name, const Value
     return bad(name, fmt::format("object of type '{}' has no len()", v.type_name()));
   }
   if (name == "trim" || name == "strip")
-    return Value::string(py_strip(v.str(), arg(args, kwargs, 0, "chars"), true, true));
+    return Value::string(py_strip(v.str(), argument(args, kwargs, 0, "chars"), true, true));
   if (name == "lstrip")
-    return Value::string(py_strip(v.str(), arg(args, kwargs, 0, "chars"), true, false));
+    return Value::string(py_strip(v.str(), argument(args, kwargs, 0, "chars"), true, false));
   if (name == "rstrip")
-    return Value::string(py_strip(v.str(), arg(args, kwargs, 0, "chars"), false, true));
+    return Value::string(py_strip(v.str(), argument(args, kwargs, 0, "chars"), false, true));
   if (name == "upper") return Value::string(ascii_upper(v.str()));
   if (name == "lower") return Value::string(ascii_lower(v.str()));
   if (name == "capitalize") {
@@ -183,8 +175,8 @@ Result<Value> apply_filter(Interpreter& in, const std::string& name, const Value
     return Value::string(std::move(s));
   }
   if (name == "default" || name == "d") {
-    Value fallback = arg(args, kwargs, 0, "default_value");
-    bool boolean = arg(args, kwargs, 1, "boolean").truthy();
+    Value fallback = argument(args, kwargs, 0, "default_value");
+    bool boolean = argument(args, kwargs, 1, "boolean").truthy();
     if (v.is_undefined() || (boolean && !v.truthy()))
       return fallback.is_undefined() ? Value::string("") : fallback;
     return v;
@@ -207,8 +199,8 @@ Result<Value> apply_filter(Interpreter& in, const std::string& name, const Value
   }
   if (name == "join") {
     std::string sep =
-        arg(args, kwargs, 0, "d").is_undefined() ? "" : arg(args, kwargs, 0, "d").str();
-    Value attribute = arg(args, kwargs, 1, "attribute");
+        argument(args, kwargs, 0, "d").is_undefined() ? "" : argument(args, kwargs, 0, "d").str();
+    Value attribute = argument(args, kwargs, 1, "attribute");
     DZ_ASSIGN_OR_RETURN(Array items, to_list(name, v));
     std::string out;
     for (size_t i = 0; i < items.size(); ++i) {
@@ -222,7 +214,7 @@ Result<Value> apply_filter(Interpreter& in, const std::string& name, const Value
     return Value::string(std::move(out));
   }
   if (name == "int") {
-    Value fallback = arg(args, kwargs, 0, "default");
+    Value fallback = argument(args, kwargs, 0, "default");
     Value dflt = fallback.is_undefined() ? Value::integer(0) : fallback;
     if (v.is_int()) return v;
     if (v.is_bool()) return Value::integer(v.as_bool());
@@ -242,7 +234,7 @@ Result<Value> apply_filter(Interpreter& in, const std::string& name, const Value
     return dflt;
   }
   if (name == "float") {
-    Value fallback = arg(args, kwargs, 0, "default");
+    Value fallback = argument(args, kwargs, 0, "default");
     Value dflt = fallback.is_undefined() ? Value::floating(0.0) : fallback;
     if (v.is_number()) return Value::floating(v.as_double());
     if (v.is_bool()) return Value::floating(v.as_bool());
@@ -260,10 +252,10 @@ Result<Value> apply_filter(Interpreter& in, const std::string& name, const Value
     return bad(name, "expected a number");
   }
   if (name == "round") {
-    Value precision = arg(args, kwargs, 0, "precision");
-    std::string method = arg(args, kwargs, 1, "method").is_undefined()
+    Value precision = argument(args, kwargs, 0, "precision");
+    std::string method = argument(args, kwargs, 1, "method").is_undefined()
                              ? "common"
-                             : arg(args, kwargs, 1, "method").str();
+                             : argument(args, kwargs, 1, "method").str();
     if (!v.is_number()) return bad(name, "expected a number");
     double scale =
         std::pow(10.0, precision.is_int() ? static_cast<double>(precision.as_int()) : 0.0);
@@ -275,8 +267,9 @@ Result<Value> apply_filter(Interpreter& in, const std::string& name, const Value
   }
   if (name == "replace") {
     std::string s = v.str();
-    std::string from = arg(args, kwargs, 0, "old").str(), to = arg(args, kwargs, 1, "new").str();
-    Value count_v = arg(args, kwargs, 2, "count");
+    std::string from = argument(args, kwargs, 0, "old").str(),
+                to = argument(args, kwargs, 1, "new").str();
+    Value count_v = argument(args, kwargs, 2, "count");
     int64_t count = count_v.is_int() ? count_v.as_int() : -1;
     std::string out;
     size_t pos = 0;
@@ -312,14 +305,14 @@ Result<Value> apply_filter(Interpreter& in, const std::string& name, const Value
     return call_method(in, self, "split", args, kwargs, found);
   }
   if (name == "indent") {
-    Value width_v = arg(args, kwargs, 0, "width");
+    Value width_v = argument(args, kwargs, 0, "width");
     std::string pad = width_v.is_string()
                           ? width_v.as_string()
                           : std::string(static_cast<size_t>(std::clamp<int64_t>(
                                             width_v.is_int() ? width_v.as_int() : 4, 0, 256)),
                                         ' ');
-    bool first = arg(args, kwargs, 1, "first").truthy();
-    bool blank = arg(args, kwargs, 2, "blank").truthy();
+    bool first = argument(args, kwargs, 1, "first").truthy();
+    bool blank = argument(args, kwargs, 2, "blank").truthy();
     std::string s = v.str() + "\n";  // jinja2 appends one newline before splitlines()
     std::vector<std::string> lines;
     size_t start = 0;
@@ -351,9 +344,9 @@ Result<Value> apply_filter(Interpreter& in, const std::string& name, const Value
   if (name == "unique" || name == "sort") {
     DZ_ASSIGN_OR_RETURN(Array items, to_list(name, v));
     bool is_sort = name == "sort";
-    bool reverse = is_sort && arg(args, kwargs, 0, "reverse").truthy();
-    bool case_sensitive = arg(args, kwargs, is_sort ? 1 : 0, "case_sensitive").truthy();
-    Value attribute = arg(args, kwargs, is_sort ? 2 : 1, "attribute");
+    bool reverse = is_sort && argument(args, kwargs, 0, "reverse").truthy();
+    bool case_sensitive = argument(args, kwargs, is_sort ? 1 : 0, "case_sensitive").truthy();
+    Value attribute = argument(args, kwargs, is_sort ? 2 : 1, "attribute");
     auto key = [&](const Value& item) {
       Value k = attribute.is_undefined() ? item : get_attribute_path(item, attribute.str());
       if (!case_sensitive && k.is_string()) return Value::string(ascii_lower(k.as_string()));
@@ -386,8 +379,8 @@ Result<Value> apply_filter(Interpreter& in, const std::string& name, const Value
   }
   if (name == "sum") {
     DZ_ASSIGN_OR_RETURN(Array items, to_list(name, v));
-    Value attribute = arg(args, kwargs, 0, "attribute");
-    Value total = arg(args, kwargs, 1, "start");
+    Value attribute = argument(args, kwargs, 0, "attribute");
+    Value total = argument(args, kwargs, 1, "start");
     if (total.is_undefined()) total = Value::integer(0);
     for (const Value& item : items) {
       Value x = attribute.is_undefined() ? item : get_attribute_path(item, attribute.str());
@@ -399,10 +392,10 @@ Result<Value> apply_filter(Interpreter& in, const std::string& name, const Value
   }
   if (name == "map") {
     DZ_ASSIGN_OR_RETURN(Array items, to_list(name, v));
-    Value attribute = arg(args, kwargs, 99, "attribute");
+    Value attribute = argument(args, kwargs, 99, "attribute");
     Array out;
     if (!attribute.is_undefined()) {
-      Value dflt = arg(args, kwargs, 99, "default");
+      Value dflt = argument(args, kwargs, 99, "default");
       for (const Value& item : items) {
         Value x = get_attribute_path(item, attribute.str());
         out.push_back(x.is_undefined() && !dflt.is_undefined() ? dflt : x);

@@ -5,7 +5,7 @@
 #include "dayzero/serve/chat/jinja.h"
 
 namespace dz::serve::chat {
-namespace {
+namespace jinja_errors_test {
 
 Status parse_error(std::string_view source) {
   Result<Template> tmpl = Template::parse(source);
@@ -145,5 +145,5 @@ TEST(JinjaErrors, GarbageInputNeverCrashes) {
   if (tmpl.ok()) (void)tmpl->render(Value::object());
 }
 
-}  // namespace
+}  // namespace jinja_errors_test
 }  // namespace dz::serve::chat

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 namespace dz::serve::chat {
-namespace {
+namespace jinja_test {
 
 std::string render(std::string_view source,
                    const nlohmann::ordered_json& context = nlohmann::ordered_json::object()) {
@@ -225,5 +225,5 @@ TEST(Jinja, GenerationBlockRendersItsBody) {
   EXPECT_EQ(render("{% generation %}answer{% endgeneration %}"), "answer");
 }
 
-}  // namespace
+}  // namespace jinja_test
 }  // namespace dz::serve::chat

@@ -13,13 +13,6 @@ std::string py_strip(const std::string& s, const Value& chars, bool left, bool r
 
 namespace {
 
-Value arg(std::vector<Value>& args, Kwargs& kwargs, size_t i, std::string_view name) {
-  if (i < args.size()) return args[i];
-  for (auto& [k, v] : kwargs)
-    if (k == name) return v;
-  return Value();
-}
-
 bool is_ascii_space(char c) {
   return c == ' ' || (c >= '\t' && c <= '\r');
 }
@@ -154,18 +147,18 @@ Result<Value> call_method(Interpreter& in, const Value& self, const std::string&
   if (self.is_string()) {
     const std::string& s = self.as_string();
     if (name == "startswith" || name == "endswith") {
-      DZ_ASSIGN_OR_RETURN(bool hit,
-                          affix_match(s, arg(args, kwargs, 0, "prefix"), name == "startswith"));
+      DZ_ASSIGN_OR_RETURN(
+          bool hit, affix_match(s, argument(args, kwargs, 0, "prefix"), name == "startswith"));
       return Value::boolean(hit);
     }
     if (name == "strip")
-      return Value::string(py_strip(s, arg(args, kwargs, 0, "chars"), true, true));
+      return Value::string(py_strip(s, argument(args, kwargs, 0, "chars"), true, true));
     if (name == "lstrip")
-      return Value::string(py_strip(s, arg(args, kwargs, 0, "chars"), true, false));
+      return Value::string(py_strip(s, argument(args, kwargs, 0, "chars"), true, false));
     if (name == "rstrip")
-      return Value::string(py_strip(s, arg(args, kwargs, 0, "chars"), false, true));
+      return Value::string(py_strip(s, argument(args, kwargs, 0, "chars"), false, true));
     if (name == "split")
-      return split(s, arg(args, kwargs, 0, "sep"), arg(args, kwargs, 1, "maxsplit"));
+      return split(s, argument(args, kwargs, 0, "sep"), argument(args, kwargs, 1, "maxsplit"));
     if (name == "lower" || name == "upper" || name == "capitalize" || name == "replace") {
       std::vector<Value> rest = args;
       return apply_filter(in, name, self, rest, kwargs);
@@ -183,7 +176,7 @@ Result<Value> call_method(Interpreter& in, const Value& self, const std::string&
       return Value::string(std::move(out));
     }
     if (name == "find" || name == "count") {
-      std::string needle = arg(args, kwargs, 0, "sub").str();
+      std::string needle = argument(args, kwargs, 0, "sub").str();
       if (name == "find") {
         size_t hit = s.find(needle);
         if (hit == std::string::npos) return Value::integer(-1);
@@ -199,9 +192,9 @@ Result<Value> call_method(Interpreter& in, const Value& self, const std::string&
     }
   } else if (self.is_object() && !self.is_namespace()) {
     if (name == "get") {
-      const Value* hit = self.find(arg(args, kwargs, 0, "key").str());
-      if (hit && arg(args, kwargs, 0, "key").is_string()) return *hit;
-      Value fallback = arg(args, kwargs, 1, "default");
+      const Value* hit = self.find(argument(args, kwargs, 0, "key").str());
+      if (hit && argument(args, kwargs, 0, "key").is_string()) return *hit;
+      Value fallback = argument(args, kwargs, 1, "default");
       return fallback.is_undefined() ? Value::none() : fallback;
     }
     if (name == "items" || name == "keys" || name == "values") {

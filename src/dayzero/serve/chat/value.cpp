@@ -517,4 +517,11 @@ size_t utf8_length(std::string_view text) {
   return n;
 }
 
+Value argument(std::vector<Value>& args, Kwargs& kwargs, size_t i, std::string_view name) {
+  if (i < args.size()) return args[i];
+  for (auto& [k, v] : kwargs)
+    if (k == name) return v;
+  return Value();
+}
+
 }  // namespace dz::serve::chat

@@ -104,6 +104,9 @@ class Value {
   std::shared_ptr<Function> fn_;
 };
 
+// A call's positional argument i, else its keyword `name`, else Undefined (filters and methods).
+Value argument(std::vector<Value>& args, Kwargs& kwargs, size_t i, std::string_view name);
+
 // Python's repr(float) ('1.0', '0.1', '1e-05', '1e+16', 'inf', 'nan').
 std::string format_python_float(double value);
 

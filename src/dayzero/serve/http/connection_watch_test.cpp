@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 namespace dz::serve::http {
-namespace {
+namespace connection_watch_test {
 
 int port_of(int fd, bool peer) {
   sockaddr_in addr{};
@@ -76,5 +76,5 @@ TEST(ConnectionWatch, UnknownPairsAreNotFoundAndNeverClosed) {
   EXPECT_FALSE(ConnectionWatch::find(0, "", 0).found());
 }
 
-}  // namespace
+}  // namespace connection_watch_test
 }  // namespace dz::serve::http

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 namespace dz::serve::openai {
-namespace {
+namespace api_error_test {
 
 using nlohmann::json;
 
@@ -66,5 +66,5 @@ TEST(ApiError, FromStatusMapsCodes) {
   EXPECT_EQ(other.type, "internal_error");
 }
 
-}  // namespace
+}  // namespace api_error_test
 }  // namespace dz::serve::openai

@@ -5,7 +5,7 @@
 #include <string>
 
 namespace dz::serve::openai {
-namespace {
+namespace chat_request_test {
 
 using nlohmann::json;
 
@@ -284,5 +284,5 @@ TEST(ChatRequest, TooManyMessagesAndTools) {
   EXPECT_EQ(tools.message, "tools has 2 entries, at most 1 are allowed");
 }
 
-}  // namespace
+}  // namespace chat_request_test
 }  // namespace dz::serve::openai

@@ -5,7 +5,7 @@
 #include <limits>
 
 namespace dz::serve::openai {
-namespace {
+namespace chat_response_test {
 
 using nlohmann::json;
 
@@ -185,5 +185,5 @@ TEST(ChatResponse, InvalidUtf8TextIsReplacedNotThrown) {
   EXPECT_NO_THROW(sse_event(chunk));
 }
 
-}  // namespace
+}  // namespace chat_response_test
 }  // namespace dz::serve::openai

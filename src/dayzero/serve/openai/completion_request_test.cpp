@@ -5,7 +5,7 @@
 #include <string>
 
 namespace dz::serve::openai {
-namespace {
+namespace completion_request_test {
 
 CompletionRequest parse_ok(const std::string& body, const ParseLimits& limits = {}) {
   auto result = parse_completion_request(body, limits);
@@ -157,5 +157,5 @@ TEST(CompletionRequest, BadJson) {
   EXPECT_NE(huge.message.find("not valid JSON"), std::string::npos) << huge.message;
 }
 
-}  // namespace
+}  // namespace completion_request_test
 }  // namespace dz::serve::openai

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 namespace dz::serve::openai {
-namespace {
+namespace completion_response_test {
 
 using nlohmann::json;
 
@@ -105,5 +105,5 @@ TEST(CompletionResponse, StreamUsage) {
             usage_json(so_far));
 }
 
-}  // namespace
+}  // namespace completion_response_test
 }  // namespace dz::serve::openai

@@ -5,7 +5,7 @@
 #include <limits>
 
 namespace dz::serve::openai {
-namespace {
+namespace response_common_test {
 
 using nlohmann::json;
 
@@ -59,5 +59,5 @@ TEST(ResponseCommon, CodePoints) {
   EXPECT_EQ(num_code_points("\xe2\x82\xac\xf0\x9f\x98\x80x"), 3);
 }
 
-}  // namespace
+}  // namespace response_common_test
 }  // namespace dz::serve::openai

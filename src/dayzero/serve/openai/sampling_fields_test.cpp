@@ -6,7 +6,7 @@
 #include <variant>
 
 namespace dz::serve::openai {
-namespace {
+namespace sampling_fields_test {
 
 using nlohmann::json;
 
@@ -251,5 +251,5 @@ TEST(SamplingFields, ModelIsRequiredAndAString) {
   EXPECT_EQ(wrong->message, "model: expected a string, got an integer");
 }
 
-}  // namespace
+}  // namespace sampling_fields_test
 }  // namespace dz::serve::openai

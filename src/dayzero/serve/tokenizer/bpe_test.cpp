@@ -6,7 +6,7 @@
 #include <random>
 
 namespace dz::serve {
-namespace {
+namespace bpe_test {
 
 TEST(ByteLevel, MatchesGpt2Alphabet) {
   EXPECT_EQ(byte_to_code_point(' '), 0x120u);   // 'Ġ'
@@ -95,5 +95,5 @@ TEST(AddedTokenSplitter, LeftmostLongestWithStripAndSpecialSwitch) {
   EXPECT_EQ(render(splitter.split("a w b wx w", true)), "[a ]#5[ b wx ]#5");
 }
 
-}  // namespace
+}  // namespace bpe_test
 }  // namespace dz::serve

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 namespace dz::serve {
-namespace {
+namespace hf_tokenizer_test {
 
 using nlohmann::json;
 
@@ -211,5 +211,5 @@ TEST(HfTokenizer, MalformedFilesNameTheField) {
             "\"id\" and a non-empty \"content\"");
 }
 
-}  // namespace
+}  // namespace hf_tokenizer_test
 }  // namespace dz::serve

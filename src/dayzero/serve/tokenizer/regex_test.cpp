@@ -5,7 +5,7 @@
 #include "dayzero/serve/tokenizer/tiktoken_tokenizer.h"
 
 namespace dz::serve {
-namespace {
+namespace regex_test {
 
 std::vector<std::string> pieces(const Regex& regex, std::string_view text) {
   Result<std::vector<RegexMatch>> matches = regex.find_all(text);
@@ -101,5 +101,5 @@ TEST(Utf8, FindsTheFirstBadByte) {
   EXPECT_EQ(utf8_error_offset("ok\x80"), 2u);            // stray continuation
 }
 
-}  // namespace
+}  // namespace regex_test
 }  // namespace dz::serve

@@ -6,7 +6,7 @@
 #include <fstream>
 
 namespace dz::serve {
-namespace {
+namespace tiktoken_tokenizer_test {
 
 std::string base64(std::string_view bytes) {
   static constexpr char kAlphabet[] =
@@ -156,5 +156,5 @@ TEST(LoadTokenizer, PicksTheFileTheFolderHas) {
   EXPECT_EQ(load_tokenizer(dir.string()).status().message(), dir.string() + ": not a directory");
 }
 
-}  // namespace
+}  // namespace tiktoken_tokenizer_test
 }  // namespace dz::serve

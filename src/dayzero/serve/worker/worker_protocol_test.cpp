@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 namespace dz::serve::worker {
-namespace {
+namespace worker_protocol_test {
 
 // Every field set to a value that is not its default, so a field a codec forgets shows.
 runtime::GenerationRequest full_request() {
@@ -188,5 +188,5 @@ TEST(WorkerProtocol, FramesSurviveTheSocketAndBrokenOnesAreNamed) {
   ::close(fds[1]);
 }
 
-}  // namespace
+}  // namespace worker_protocol_test
 }  // namespace dz::serve::worker
