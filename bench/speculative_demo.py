@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """Speculative decoding on the demo model (docs/performance.md "Speculative decoding"): decode
-tokens/s with and without n-gram drafts, greedy, at batch 1 (`dayzero generate --timing`, one
-prompt at a time) and with 16 sequences at once (`generate --prompts-file`), and the acceptance
-per draft position. Repetitive prompts (a repeated sentence, a list, a passage to quote) are where
-prompt lookup pays; the natural one shows what it costs when drafts are rare.
+tokens/s with and without drafts (n-gram prompt lookup or the model's MTP head), greedy, at batch 1
+(`dayzero generate --timing`, one prompt at a time) and with 16 sequences at once (`generate
+--prompts-file`), and the acceptance per draft position. Repetitive prompts (a repeated sentence, a
+list, a passage to quote) are where prompt lookup pays; the natural one shows what it costs when
+drafts are rare. The MTP head drafts on any text.
 
-    bench/speculative_demo.py [--dayzero build/src/dayzero/cli/dayzero] [--tokens 256] [--batch-sweep]
+    bench/speculative_demo.py [--dayzero build/src/dayzero/cli/dayzero] [--tokens 256]
+        [--method ngram|mtp] [--k N] [--lookup-max N] [--batch-sweep]
 """
 
 import argparse
@@ -28,9 +30,10 @@ PROMPTS = {
 GREEDY = ("--temperature", "0", "--repetition-penalty", "1", "--top-p", "1")
 
 
-def spec_config(k, lookup_max, disable_by_batch_size=None):
-    config = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 1,
-              "prompt_lookup_max": lookup_max}
+def spec_config(args, disable_by_batch_size=None):
+    config = {"method": args.method, "num_speculative_tokens": args.k}
+    if args.method == "ngram":
+        config.update(prompt_lookup_min=1, prompt_lookup_max=args.lookup_max)
     if disable_by_batch_size is not None:
         config["disable_by_batch_size"] = disable_by_batch_size
     return json.dumps(config)
@@ -75,15 +78,16 @@ def main():
     parser.add_argument("--dayzero", default=os.path.join(ROOT, "build/src/dayzero/cli/dayzero"))
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--k", type=int, default=3, help="num_speculative_tokens")
+    parser.add_argument("--method", choices=("ngram", "mtp"), default="ngram")
+    parser.add_argument("--k", type=int, default=3, help="num_speculative_tokens (mtp: 1 or 2)")
     parser.add_argument("--lookup-max", type=int, default=3, help="prompt_lookup_max")
     parser.add_argument("--batch-sweep", action="store_true",
                         help="only: plain vs drafting at 1, 2, 4, 8 and 16 sequences at once "
                              "(where the disable_by_batch_size default comes from)")
     args = parser.parse_args()
-    spec = spec_config(args.k, args.lookup_max)
+    spec = spec_config(args)
     if args.batch_sweep:
-        always = spec_config(args.k, args.lookup_max, 64)
+        always = spec_config(args, 64)
         print("| sequences | plain tok/s | drafting tok/s | ratio | accepted |")
         print("|---|---|---|---|---|")
         for n in (1, 2, 4, 8, 16):
@@ -93,8 +97,9 @@ def main():
             rate = int(accepted.group(2)) / max(1, int(accepted.group(1)))
             print(f"| {n} | {plain:.0f} | {fast:.0f} | {fast / plain:.2f} | {rate:.2f} |")
         return
-    print(f"demo model, greedy, {args.threads} threads, n-gram k={args.k} "
-          f"prompt_lookup 1..{args.lookup_max}")
+    what = (f"n-gram k={args.k} prompt_lookup 1..{args.lookup_max}" if args.method == "ngram"
+            else f"MTP head k={args.k}")
+    print(f"demo model, greedy, {args.threads} threads, {what}")
     print("| prompt | plain tok/s | speculative tok/s | ratio | accepted / drafted | "
           "accepted by position | same tokens |")
     print("|---|---|---|---|---|---|---|")
@@ -112,7 +117,7 @@ def main():
           f"{plain:.0f} tok/s")
     for what, config in (("default backoff (no drafts above 8 running)", spec),
                          ("drafting at 16 (disable_by_batch_size 16)",
-                          spec_config(args.k, args.lookup_max, 16))):
+                          spec_config(args, 16))):
         fast, summary = batch16(args, config)
         print(f"  speculative, {what}: {fast:.0f} tok/s, ratio {fast / plain:.2f}; "
               f"{summary.split('; ')[-1]}")

@@ -13,6 +13,10 @@ indexer's selection on the MLA layers (as DeepSeek-V3.2). `shape_weights` compos
   10^−2 = 0.01, so g(Δ) = (cos 0.032Δ + cos 0.01Δ)/2 is strictly decreasing for Δ ≤ 99, as the
   YaRN pairs of the deepseek_v32 design. A query selects its most recent marked keys, then the
   earliest unmarked ones.
+- The MTP layer (layer num_hidden_layers) is shaped like the main layers, and as decisive_v32's:
+  its embed_tokens / shared_head.head are copies of the shaped main ones, and eh_proj passes the
+  embedding of x_{t+1} nearly unchanged (identity plus small noise, the h_t half scaled down), so
+  its argmax is the successor of x_{t+1}, the main model's own next choice: greedy drafts agree.
 """
 
 import torch
@@ -39,6 +43,14 @@ def shape_weights(c, w, seed, num_regular_ids):
         if t.shape == (d,) and name.endswith("norm.weight") and "indexer" not in name:
             t[MARKER_COORD] = 1.0
     kda = {i - 1 for i in c["linear_attn_config"]["kda_layers"]}
-    for i in range(c["num_hidden_layers"]):
+    num_main = c["num_hidden_layers"]
+    for i in range(num_main + c.get("num_nextn_predict_layers", 0)):
         if i not in kda:
             decisive_v32.shape_indexer(c, w, f"model.layers.{i}.self_attn.", ROPE_PAIRS)
+        if i >= num_main:
+            p = f"model.layers.{i}."
+            w[p + "embed_tokens.weight"] = emb.clone()
+            w[p + "shared_head.head.weight"] = w["lm_head.weight"].clone()
+            eh = w[p + "eh_proj.weight"]
+            eh[:, :d] = decisive_v32.EH_NOISE_E * eh[:, :d] + torch.eye(d)
+            eh[:, d:] *= decisive_v32.EH_NOISE_H

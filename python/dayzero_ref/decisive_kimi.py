@@ -86,7 +86,7 @@ def shape_weights(c, w, seed, prefix, num_regular_ids):
 
     bounded = "gate_lower_bound" in c["linear_attn_config"]
     heads, head_dim = c["linear_attn_config"]["num_heads"], c["linear_attn_config"]["head_dim"]
-    for i in range(c["num_hidden_layers"]):
+    for i in range(c["num_hidden_layers"] + c.get("num_nextn_predict_layers", 0)):
         p = f"{pm}layers.{i}."
         _scale_rows(w[p + "self_attn.o_proj.weight"], ATTN_OUT_SCALE)
         if bounded and p + "self_attn.dt_bias" in w:

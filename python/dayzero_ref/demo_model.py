@@ -440,12 +440,19 @@ class DemoModel(nn.Module):
         s = (v @ cw) * torch.rsqrt(v.pow(2).mean(-1) + self.eps)
         return (torch.softmax(s, dim=0)[..., None] * v).sum(0)
 
+    def rope(self, num_tokens):
+        """(cos, sin) [T, d_r/2] of positions 0..T−1."""
+        angle = torch.arange(num_tokens, dtype=torch.float32)[:, None] * self.inv_freq[None, :]
+        return torch.cos(angle), torch.sin(angle)
+
     def forward(self, ids, mode="dense", stats=None):
         """ids [B, T] -> logits [B, T, V]; `stats` collects indexer losses and expert loads."""
+        return self.lm_head(self.final_hidden(ids, mode, stats))
+
+    def final_hidden(self, ids, mode="dense", stats=None):
+        """ids [B, T] -> the model.norm output [B, T, d] (what lm_head and the MTP head read)."""
         stats = {} if stats is None else stats
-        positions = torch.arange(ids.shape[1], dtype=torch.float32)
-        angle = positions[:, None] * self.inv_freq[None, :]
-        cos, sin = torch.cos(angle), torch.sin(angle)
+        cos, sin = self.rope(ids.shape[1])
         p = self.model.embed_tokens(ids)
         bank = []
         for i, layer in enumerate(self.model.layers):
@@ -459,7 +466,7 @@ class DemoModel(nn.Module):
             h = self._mix(layer.mlp_res_proj, layer.mlp_res_norm, bank + [p])
             p = p + layer.ffn(layer.post_attention_layernorm(h), stats)
         x = self._mix(self.model.output_attn_res_proj, self.model.output_attn_res_norm, bank + [p])
-        return self.lm_head(self.model.norm(x))
+        return self.model.norm(x)
 
     def moe_blocks(self):
         return [layer.block_sparse_moe for layer in self.model.layers
@@ -470,10 +477,42 @@ class DemoModel(nn.Module):
             moe.fake_quant = on
 
 
-def export_tensors(model):
+class MtpLayer(nn.Module):
+    """The demo's MTP layer (model/mtp_layer.h in the engine, docs/demo_model.md): row t predicts
+    token t + 2 from the trunk's final-norm h_t and token t + 1, z = eh_proj([enorm(Emb(x_{t+1})) ;
+    hnorm(h_t)]) through an MLA + DSA + latent-MoE layer with the plain residual, then
+    shared_head.norm and the trunk's lm_head (embedding and head are the trunk's, frozen).
+    Parameter names are the checkpoint's under model.layers.<num_hidden_layers>."""
+
+    def __init__(self, c):
+        super().__init__()
+        d, eps = c["hidden_size"], c["rms_norm_eps"]
+        self.enorm = RMSNorm(d, eps)
+        self.hnorm = RMSNorm(d, eps)
+        self.eh_proj = linear(2 * d, d)
+        self.input_layernorm = RMSNorm(d, eps)
+        self.post_attention_layernorm = RMSNorm(d, eps)
+        self.self_attn = Mla(c)
+        self.block_sparse_moe = LatentMoe(c)
+        self.shared_head = nn.Module()
+        self.shared_head.norm = RMSNorm(d, eps)
+
+    def forward(self, trunk, hidden, next_ids, mode="sparse", stats=None):
+        """hidden [B, T, d] the trunk's final-norm rows, next_ids [B, T] the tokens x_{t+1} ->
+        logits [B, T, V] predicting x_{t+2}."""
+        stats = {} if stats is None else stats
+        cos, sin = trunk.rope(next_ids.shape[1])
+        e = trunk.model.embed_tokens(next_ids)
+        z = self.eh_proj(torch.cat([self.enorm(e), self.hnorm(hidden)], dim=-1))
+        z = z + self.self_attn(self.input_layernorm(z), cos, sin, mode, stats)
+        z = z + self.block_sparse_moe(self.post_attention_layernorm(z), stats)
+        return trunk.lm_head(self.shared_head.norm(z))
+
+
+def export_tensors(model, prefix=""):
     """Checkpoint tensors (name -> torch tensor or (packed, scale) for MXFP4 experts): BF16 weights,
     F32 for what the layout keeps in F32 (A_log, dt_bias, conv, o_norm, indexer LayerNorm, router
-    bias), MXFP4 compressed-tensors for routed experts."""
+    bias), MXFP4 compressed-tensors for routed experts. `prefix` goes before every name."""
     state = model.state_dict()
     tensors = {}
     for name in state:
@@ -481,11 +520,11 @@ def export_tensors(model):
         if ".experts." in name:
             base = name[:-len(".weight")]
             packed, scale = formats.quantize_mxfp4_compressed_tensors(w)
-            tensors[base + ".weight_packed"] = packed.to(torch.uint8)
-            tensors[base + ".weight_scale"] = scale.to(torch.uint8)
+            tensors[prefix + base + ".weight_packed"] = packed.to(torch.uint8)
+            tensors[prefix + base + ".weight_scale"] = scale.to(torch.uint8)
         elif (name.endswith(("A_log", "dt_bias", "e_score_correction_bias", "o_norm.weight"))
               or "_conv1d." in name or "indexer.k_norm." in name):
-            tensors[name] = w.contiguous()
+            tensors[prefix + name] = w.contiguous()
         else:
-            tensors[name] = w.to(torch.bfloat16).contiguous()
+            tensors[prefix + name] = w.to(torch.bfloat16).contiguous()
     return tensors

@@ -3,7 +3,7 @@ decoder of dayzero_ref.kimi (KDA, SwiGLU/SiTU FFNs, MoE or latent MoE, AttnRes) 
 (linear_attn_config.full_attn_layers) are DeepSeek-V3.2 MLA with RoPE and the DSA lightning indexer.
 
     /usr/bin/python3 -m dayzero_ref.hybrid MODEL_DIR --token-ids 1,2,3 --output logits.npy \
-        [--kv-cache-dtype bf16|fp8] [--dense-attention]
+        [--kv-cache-dtype bf16|fp8] [--dense-attention] [--mtp-output mtp.npy]
 
 writes float32 logits [T, V] of a full-sequence prefill from position 0. Numerics: everything but
 the MLA layers exactly as dayzero_ref.kimi (the Kimi policy of issue 4). MLA layers, as the engine's
@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from dayzero_ref import deepseek_v32, kimi
-from dayzero_ref.ref_common import parse_token_ids
+from dayzero_ref.ref_common import GLOBAL_LAYER, parse_token_ids
 
 MODEL_TYPE = "dayzero_hybrid"
 LAYER_TAPS = kimi.LAYER_TAPS + ("index_scores", "index_selection")
@@ -116,6 +116,41 @@ class HybridReference(kimi.KimiReference):
         finally:
             self._forced = None
 
+    def mtp_logits(self, token_ids, next_token=None, taps=None, forced=None):
+        """MTP logits [n, V], as deepseek_v32.mtp_logits: row t predicts token t + 2 from the
+        final-norm h_t and token t + 1, z = eh_proj([enorm(Emb(x_{t+1})) ; hnorm(h_t)]) at
+        position t through layer L = num_hidden_layers (MLA + indexer, the FFN of index L, plain
+        residual), then shared_head. The inputs x_{t+1} are token_ids[1:] and `next_token` if
+        given, so n = T − 1 or T."""
+        m = self.num_layers
+        if self.config.get("num_nextn_predict_layers", 0) < 1:
+            raise ValueError("checkpoint has no MTP layer (num_nextn_predict_layers = 0)")
+        final = self.final_hidden(token_ids, taps, forced)
+        if taps is not None:  # the main logits too, so one call taps every decision
+            self._tap(taps, GLOBAL_LAYER, "logits", self._linear(final, "lm_head.weight"))
+        inputs = [int(t) for t in token_ids[1:]] + ([] if next_token is None else [int(next_token)])
+        p = self._layer_prefix(m)
+        head = p + "shared_head.head.weight"
+        if not inputs:
+            return torch.zeros(0, self.w[head].shape[0])
+        ids = self._check_ids(inputs)
+        n = ids.numel()
+        e = self.w[p + "embed_tokens.weight"][ids]
+        z = torch.cat([self._rms_norm(e, self.w[p + "enorm.weight"]),
+                       self._rms_norm(final[:n], self.w[p + "hnorm.weight"])], dim=-1)
+        z = self._bf16(self._linear(z, p + "eh_proj.weight"))
+        self._tap(taps, m, "mtp_input", z)
+        self._forced = forced
+        try:
+            z = self._residual_layer(m, z, taps, forced)
+        finally:
+            self._forced = None
+        out = self._rms_norm(z, self.w[p + "shared_head.norm.weight"])
+        self._tap(taps, m, "final_norm", out)
+        logits = self._linear(out, head)
+        self._tap(taps, m, "logits", logits)
+        return logits
+
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -126,11 +161,14 @@ def main(argv=None):
     parser.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="bf16")
     parser.add_argument("--dense-attention", action="store_true",
                         help="MLA layers attend densely (the indexer's selection is ignored)")
+    parser.add_argument("--mtp-output", help="also write the MTP head's float32 [T-1, V] logits")
     args = parser.parse_args(argv)
     ref = HybridReference(args.model_dir, kv_cache_dtype=args.kv_cache_dtype)
     ref.dense_attention = args.dense_attention
     with torch.no_grad():
         np.save(args.output, ref.forward(args.token_ids).numpy().astype(np.float32))
+        if args.mtp_output:
+            np.save(args.mtp_output, ref.mtp_logits(args.token_ids).numpy().astype(np.float32))
 
 
 if __name__ == "__main__":

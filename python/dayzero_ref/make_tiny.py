@@ -145,7 +145,8 @@ def mxfp4_experts_config(extra_ignore=()):
 
 def dayzero_hybrid_config():
     """KDA layers 1, 3 and RoPE MLA + DSA layers 2, 4 (1-based); kv_lora_rank 128 so the FP8
-    cache works; index_topk 8 so ~40-token prompts are sparse; latent MXFP4 MoE; AttnRes."""
+    cache works; index_topk 8 so ~40-token prompts are sparse; latent MXFP4 MoE; AttnRes; one MTP
+    layer (layer 4, 0-based: MLA + DSA + latent MoE, plain residual)."""
     c = {"architectures": ["DayzeroHybridForCausalLM"], "model_type": "dayzero_hybrid"}
     c.update(_kimi_common(4, [1, 3], [2, 4]))
     del c["mla_use_nope"]
@@ -156,7 +157,7 @@ def dayzero_hybrid_config():
         "num_experts": 16, "num_experts_per_token": 4, "num_shared_experts": 1,
         "moe_intermediate_size": 64, "routed_expert_hidden_size": 64, "latent_moe_use_norm": True,
         "routed_scaling_factor": 2.0, "hidden_act": "silu", "attn_res_block_size": 2,
-        "quantization_config": mxfp4_experts_config(),
+        "num_nextn_predict_layers": 1, "quantization_config": mxfp4_experts_config(),
     })
     return c
 
@@ -236,17 +237,25 @@ def kimi_layout(c, prefix=""):
     if c.get("attn_res_block_size"):
         out += [Entry(pm + "output_attn_res_proj.weight", (1, d), "linear", "BF16"),
                 Entry(pm + "output_attn_res_norm.weight", (d,), "norm", "BF16")]
-    for i in range(c["num_hidden_layers"]):
+    for i in range(c["num_hidden_layers"] + c.get("num_nextn_predict_layers", 0)):
         p = f"{pm}layers.{i}."
         lin = lambda name, o, n, dtype="BF16": out.append(Entry(p + name + ".weight", (o, n), "linear", dtype))  # noqa: E731
         out += [Entry(p + "input_layernorm.weight", (d,), "norm", "BF16"),
                 Entry(p + "post_attention_layernorm.weight", (d,), "norm", "BF16")]
-        if c.get("attn_res_block_size"):
+        mtp = i >= c["num_hidden_layers"]  # dayzero_hybrid's MTP layer: MLA + DSA, no AttnRes
+        if mtp:
+            out += [Entry(p + "enorm.weight", (d,), "norm", "BF16"),
+                    Entry(p + "hnorm.weight", (d,), "norm", "BF16"),
+                    Entry(p + "eh_proj.weight", (d, 2 * d), "linear", "BF16"),
+                    Entry(p + "shared_head.norm.weight", (d,), "norm", "BF16"),
+                    Entry(p + "embed_tokens.weight", (v, d), "embed", "BF16"),
+                    Entry(p + "shared_head.head.weight", (v, d), "linear", "BF16")]
+        if c.get("attn_res_block_size") and not mtp:
             lin("self_attention_res_proj", 1, d)
             out.append(Entry(p + "self_attention_res_norm.weight", (d,), "norm", "BF16"))
             lin("mlp_res_proj", 1, d)
             out.append(Entry(p + "mlp_res_norm.weight", (d,), "norm", "BF16"))
-        if i in kda:
+        if i in kda and not mtp:
             for name in "qkv":
                 lin(f"self_attn.{name}_proj", width, d)
                 out.append(Entry(p + f"self_attn.{name}_conv1d.weight",

@@ -201,9 +201,9 @@ class EngineCli(unittest.TestCase):
                                         for i in range(n)))
 
     def test_speculation_equals_plain_decoding(self):
-        """Speculative decoding (n-gram drafts) gives plain decoding's tokens: at batch 1 and with
-        16 sequences of different lengths in one batch, for every architecture and the demo
-        model. The reference is the plain run alone; tokens and logits are compared as batched vs
+        """Speculative decoding (n-gram drafts, and the MTP head where the checkpoint has one)
+        gives plain decoding's tokens: at batch 1 and with 16 sequences of different lengths in
+        one batch, for every architecture and the demo model. The reference is the plain run alone; tokens and logits are compared as batched vs
         alone. Drafts get accepted and rejected: prompts P + O + P, with O the plain completion of
         P, let the n-gram proposer draft O again after the second P (the tiny models continue a
         token by its successor, so most of O comes again); prompts P alone draft little."""
@@ -237,7 +237,8 @@ class EngineCli(unittest.TestCase):
                     "batch 16": ("--max-num-seqs", 16, "--max-num-batched-tokens", 64),
                 }
                 methods = {"ngram": spec}
-                if arch == "deepseek_v32":  # its MTP layer, chained once: two drafts
+                if arch in ("deepseek_v32", "dayzero_hybrid", "demo"):
+                    # The checkpoint's MTP layer, chained once: two drafts.
                     methods["mtp"] = json.dumps({"method": "mtp", "num_speculative_tokens": 2,
                                                  "disable_by_batch_size": 16})
                 for (what, flags), (method, config) in itertools.product(runs.items(),

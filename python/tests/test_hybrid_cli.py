@@ -3,12 +3,12 @@
 
 1. Against the PyTorch reference (dayzero_ref.hybrid, same numerics policy) on the decisive prompts
    of test_prompts_hybrid (12 tokens: within index_topk 8 only for the first rows; 40 tokens: sparse),
-   kv cache bf16 and fp8: median relative L2 over positions < 2e-2, argmax agreement >= 0.95
-   (docs/models.md §8.1). The sparse selection matters: the dense-attention reference is further from the
-   engine than the sparse one.
-2. Every split agrees with the full prefill: --prefill-chunk 7 and 24, --decode-from 1, 9 and 30
-   (the index cache and the KDA state written by one path and read by the other); max |a − b| <
-   5e-3 · max |full| and identical argmax.
+   kv cache bf16 and fp8, the main logits and the MTP head's (--mtp-output): median relative L2
+   over positions < 2e-2, argmax agreement >= 0.95 (docs/models.md §8.1). The sparse selection
+   matters: the dense-attention reference is further from the engine than the sparse one.
+2. Every split agrees with the full prefill, both heads: --prefill-chunk 7 and 24, --decode-from 1,
+   9 and 30 (the index cache, the MTP layer's cache and the KDA state written by one path and read
+   by the other); max |a − b| < 5e-3 · max |full| and identical argmax.
 3. `dayzero verify` passes every operator, layer and model row (indexer selections included).
 4. The default model: `generate` without --model runs $DAYZERO_MODEL and logs the pick; a missing
    one fails with a message; `--help` names the default.
@@ -52,14 +52,17 @@ class HybridCli(unittest.TestCase):
         cls.tmp.cleanup()
 
     def logits(self, ids, *flags):
+        """(logits [T, V], MTP logits [T − 1, V])."""
         out = os.path.join(self.tmp.name, "logits.npy")
+        mtp_out = os.path.join(self.tmp.name, "mtp.npy")
         proc = run_dayzero("logits", "--model", self.dir, "--token-ids", ",".join(map(str, ids)),
-                           "--output", out, "--threads", 1, *flags)
+                           "--output", out, "--mtp-output", mtp_out, "--threads", 1, *flags)
         self.assertEqual(proc.returncode, 0, f"dayzero logits {flags}: {proc.stderr}")
-        logits = np.load(out)
-        self.assertEqual(logits.shape, (len(ids), self.vocab))
-        self.assertTrue(np.isfinite(logits).all())
-        return logits
+        logits, mtp = np.load(out), np.load(mtp_out)
+        for array, rows in ((logits, len(ids)), (mtp, len(ids) - 1)):
+            self.assertEqual(array.shape, (rows, self.vocab))
+            self.assertTrue(np.isfinite(array).all())
+        return logits, mtp
 
     def full_logits(self, length, kv="bf16"):
         if (length, kv) not in self.full:
@@ -71,23 +74,26 @@ class HybridCli(unittest.TestCase):
         for kv, lengths in (("bf16", (12, 40)), ("fp8", (40,))):
             ref = hybrid.HybridReference(self.dir, kv_cache_dtype=kv)
             for length in lengths:
-                with self.subTest(kv=kv, length=length):
-                    with torch.no_grad():
-                        expected = ref.forward(prompt(length)).numpy()
-                    ours = self.full_logits(length, kv)
-                    rel = rel_l2_per_row(ours, expected)
-                    agree = float((ours.argmax(axis=1) == expected.argmax(axis=1)).mean())
-                    print(f"\nreference {kv}, length {length}: median rel L2 {np.median(rel):.2e}, "
-                          f"max {rel.max():.2e}, argmax agreement {agree:.3f}")
-                    self.assertLess(np.median(rel), REF_MEDIAN_REL_L2)
-                    self.assertGreaterEqual(agree, REF_ARGMAX_AGREEMENT)
+                with torch.no_grad():
+                    expected = (ref.forward(prompt(length)).numpy(),
+                                ref.mtp_logits(prompt(length)).numpy())
+                for head, ours, exp in zip(("main", "mtp"), self.full_logits(length, kv),
+                                           expected):
+                    with self.subTest(kv=kv, length=length, head=head):
+                        rel = rel_l2_per_row(ours, exp)
+                        agree = float((ours.argmax(axis=1) == exp.argmax(axis=1)).mean())
+                        print(f"\nreference {kv}, length {length}, {head}: median rel L2 "
+                              f"{np.median(rel):.2e}, max {rel.max():.2e}, argmax agreement "
+                              f"{agree:.3f}")
+                        self.assertLess(np.median(rel), REF_MEDIAN_REL_L2)
+                        self.assertGreaterEqual(agree, REF_ARGMAX_AGREEMENT)
         # The indexer's selection is used: dense attention is a different model on 40 tokens.
         ref = hybrid.HybridReference(self.dir)
         with torch.no_grad():
             sparse = ref.forward(prompt(40)).numpy()
             ref.dense_attention = True
             dense = ref.forward(prompt(40)).numpy()
-        ours = self.full_logits(40)
+        ours = self.full_logits(40)[0]
         sparse_err = np.median(rel_l2_per_row(ours, sparse))
         dense_err = np.median(rel_l2_per_row(ours, dense))
         print(f"\nsparse vs dense reference: median rel L2 {sparse_err:.2e} vs {dense_err:.2e}")
@@ -98,12 +104,12 @@ class HybridCli(unittest.TestCase):
         full = self.full_logits(40)
         worst = 0.0
         for flag, value in SPLITS:
-            with self.subTest(split=f"{flag} {value}"):
-                split = self.logits(ids, flag, value)
-                diff = np.abs(split - full).max() / np.abs(full).max()
-                worst = max(worst, diff)
-                self.assertLess(diff, SPLIT_TOLERANCE)
-                np.testing.assert_array_equal(split.argmax(axis=1), full.argmax(axis=1))
+            for head, split, whole in zip(("main", "mtp"), self.logits(ids, flag, value), full):
+                with self.subTest(split=f"{flag} {value}", head=head):
+                    diff = np.abs(split - whole).max() / np.abs(whole).max()
+                    worst = max(worst, diff)
+                    self.assertLess(diff, SPLIT_TOLERANCE)
+                    np.testing.assert_array_equal(split.argmax(axis=1), whole.argmax(axis=1))
         print(f"\nsplits vs full prefill: worst max|diff|/max|full| = {worst:.2e}")
 
     def test_verify_passes(self):

@@ -92,9 +92,13 @@ HybridModel::HybridModel(HybridModelParts parts) : parts_(std::move(parts)) {
              "layer {}: AttnRes queries must match the model's", layer.layer_id);
     has_recurrent_state_ = has_recurrent_state_ || layer.kda != nullptr;
   }
+  DZ_CHECK(parts_.mtp == nullptr || parts_.mtp->layer.kda == nullptr,
+           "the MTP layer must not carry recurrent state");
   DZ_CHECK(!has_attn_res() || parts_.layers[0].attn_res_write,
            "AttnRes: layer 0 must write the embedding into the bank");
 }
+
+HybridModel::~HybridModel() = default;
 
 const DecoderLayer& HybridModel::layer(int layer_id) const {
   DZ_CHECK(layer_id >= 0 && layer_id < num_layers(), "layer {} of {}", layer_id, num_layers());
@@ -105,8 +109,8 @@ std::vector<LayerCacheSpec> HybridModel::cache_layers() const {
   std::vector<LayerCacheSpec> specs;
   for (const DecoderLayer& layer : parts_.layers)
     specs.push_back(layer.cache_spec(parts_.kv_cache_dtype));
-  for (const DecoderLayer* layer : extra_layers_)
-    specs.push_back(layer->cache_spec(parts_.kv_cache_dtype));
+  if (parts_.mtp != nullptr)  // the MTP layer's caches follow the main layers'
+    specs.push_back(parts_.mtp->layer.cache_spec(parts_.kv_cache_dtype));
   return specs;
 }
 
@@ -186,8 +190,8 @@ void HybridModel::ensure_scratch(const ExecContext& ctx, const ForwardBatch& bat
   size_t bytes = 64 * 1024;
   for (const DecoderLayer& layer : parts_.layers)
     bytes = std::max(bytes, layer.scratch_bytes(ctx, T, max_range));
-  for (const DecoderLayer* layer : extra_layers_)
-    bytes = std::max(bytes, layer->scratch_bytes(ctx, T, max_range));
+  if (parts_.mtp != nullptr)
+    bytes = std::max(bytes, parts_.mtp->layer.scratch_bytes(ctx, T, max_range));
   if (scratch_ == nullptr || scratch_->capacity_bytes() < bytes)
     scratch_ = std::make_unique<Arena>(bytes);
 }
@@ -212,17 +216,6 @@ void HybridModel::run_plain(const ExecContext& ctx, const DecoderLayer& layer,
   layer.ffn(ctx, normed.data(), T, delta.data(), *scratch_, taps);
   add_residual(x, delta.data(), T * d);
   tap(taps, layer.layer_id, "layer_out", x, {T, d});
-}
-
-void HybridModel::run_extra_layer(const ExecContext& ctx, const DecoderLayer& layer,
-                                  const ForwardBatch& batch, KvCache& cache, float* x,
-                                  TapSink* taps) {
-  ensure_scratch(ctx, batch);
-  if (batch.num_tokens() == 0) {
-    layer.ffn_without_tokens(ctx, *scratch_);
-    return;
-  }
-  run_plain(ctx, layer, batch, cache, x, taps);
 }
 
 void HybridModel::embed(const Embedding& table, std::span<const int32_t> ids, float* out) const {
@@ -343,7 +336,10 @@ Status HybridModel::forward(const ExecContext& ctx, const ForwardBatch& batch, K
   lm_head(ctx, hidden.data(), logits_rows, out_logits);
   tap(taps, -1, "logits", out_logits,
       {static_cast<int64_t>(logits_rows.size()), parts_.vocab_size});
-  if (keeps_final_norm()) keep_final_norm(batch, hidden);
+  if (has_mtp()) {
+    last_final_ = std::move(hidden);
+    last_positions_.assign(batch.positions.begin(), batch.positions.end());
+  }
   return Status::ok_status();
 }
 
@@ -380,11 +376,11 @@ Status HybridModel::forward_context_parallel(const ExecContext& ctx, const Forwa
   const std::vector<float> picked = split.gather_rows(logits_rows, hidden.data(), d, -1);
   head_logits(ctx, parts_.lm_head, picked.data(), static_cast<int64_t>(logits_rows.size()),
               out_logits);
-  if (keeps_final_norm()) {  // every token's row, for an MTP head: T·h·4 bytes gathered
+  if (has_mtp()) {  // every token's row, for the MTP head: T·d·4 bytes gathered
     std::vector<int64_t> every(static_cast<size_t>(batch.num_tokens()));
     std::iota(every.begin(), every.end(), int64_t{0});
-    std::vector<float> rows = split.gather_rows(every, hidden.data(), d, -1);
-    keep_final_norm(batch, rows);
+    last_final_ = split.gather_rows(every, hidden.data(), d, -1);
+    last_positions_.assign(batch.positions.begin(), batch.positions.end());
   }
   return Status::ok_status();
 }

@@ -15,6 +15,7 @@
 #include "dayzero/model/causal_lm.h"
 #include "dayzero/model/context_parallel.h"
 #include "dayzero/model/decoder_layer.h"
+#include "dayzero/model/mtp_layer.h"
 #include "dayzero/model/weight_loader.h"
 
 namespace dz::model {
@@ -30,6 +31,7 @@ struct HybridModelParts {
   std::vector<float> final_norm;                    // [d]
   kernels::LinearWeight lm_head;                    // [vocab, d]
   std::vector<DecoderLayer> layers;                 // main layers, in order
+  std::unique_ptr<MtpLayer> mtp;                    // null without an MTP head
   // AttnRes: the final mix's folded query [d]; empty without AttnRes. With it every layer must
   // carry its two queries.
   std::vector<float> final_attn_res_query;
@@ -53,6 +55,7 @@ class HybridModel : public CausalLm {
  public:
   // Checks the parts fit together (DZ_CHECK: the recipe built them from a validated checkpoint).
   explicit HybridModel(HybridModelParts parts);
+  ~HybridModel() override;
 
   int64_t vocab_size() const override { return parts_.vocab_size; }
   int64_t hidden_size() const override { return parts_.hidden_size; }
@@ -65,6 +68,24 @@ class HybridModel : public CausalLm {
                        int64_t num_rows) override;
   Status forward(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
                  std::span<const int64_t> logits_rows, float* out_logits, TapSink* taps) override;
+
+  // The MTP head (model/hybrid_model_mtp.cpp). forward() keeps every token's final-norm row for
+  // it; under context parallelism the MTP batch is split like any step (its pieces need not be
+  // the last forward's: the kept rows are the whole step's). Chaining keeps the MTP output rows of
+  // the last call's logits rows; not under context parallelism (kUnsupported).
+  bool has_mtp() const override { return parts_.mtp != nullptr; }
+  Status forward_mtp(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
+                     std::span<const int64_t> logits_rows, float* out_logits,
+                     TapSink* taps) override;
+  Status forward_mtp_chain(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
+                           float* out_logits, TapSink* taps) override;
+  // The MTP logits of `batch` (tokens x_{t+1} at the positions t) with main_final [T, d] the main
+  // model's model.norm output at t (what vLLM passes; pre- or post-norm is (unverified) for
+  // DeepSeek, docs/models.md §9). Taps under the MTP layer's id: its decoder layer's,
+  // "mtp_input" (eh_proj output), "final_norm", "logits".
+  Status mtp_logits(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
+                    const float* main_final, std::span<const int64_t> logits_rows,
+                    float* out_logits, TapSink* taps);
 
   // The stack without the head: out [T, d] = the hidden state that model.norm reads (the
   // residual stream after the last layer, or the final AttnRes mix). forward() is this,
@@ -96,14 +117,17 @@ class HybridModel : public CausalLm {
   // The block arena sized for `batch` (operator-level verification resets it before each block).
   Arena& block_scratch(const ExecContext& ctx, const ForwardBatch& batch);
 
- protected:
-  // An extra layer outside the stack (DeepSeek's MTP layer): its caches follow the main layers'
-  // in cache_layers() and the block arena covers it. `layer` must outlive the model.
-  void add_extra_layer(const DecoderLayer* layer) { extra_layers_.push_back(layer); }
-  // Runs an extra layer on x [T, d] with the plain residual, in place. With no tokens (this
-  // rank's data-parallel group has none this step) only its MoE exchange runs.
-  void run_extra_layer(const ExecContext& ctx, const DecoderLayer& layer, const ForwardBatch& batch,
-                       KvCache& cache, float* x, TapSink* taps);
+ private:
+  // Runs the MTP decoder layer on x [T, d] with the plain residual, in place. With no tokens
+  // (this rank's data-parallel group has none this step) only its MoE exchange runs.
+  void run_mtp_layer(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache, float* x,
+                     TapSink* taps);
+  // z [T, d]: the MTP decoder layer's output for `batch` (a checked batch with tokens).
+  std::vector<float> mtp_hidden(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
+                                const float* main_final, TapSink* taps);
+  // out_logits [num_rows, vocab] from z rows [num_rows, d]: shared_head norm, then the head.
+  void mtp_head(const ExecContext& ctx, std::vector<float> rows, int64_t num_rows,
+                float* out_logits, TapSink* taps) const;
   // out [ids, d] = the rows of `table` (split by vocabulary under a plan: summed over the TP
   // group).
   void embed(const Embedding& table, std::span<const int32_t> ids, float* out) const;
@@ -111,15 +135,6 @@ class HybridModel : public CausalLm {
   // TP group's columns gathered).
   void head_logits(const ExecContext& ctx, const kernels::LinearWeight& head, const float* normed,
                    int64_t num_rows, float* logits) const;
-  // Called by forward() with the model.norm output of every token [T, d] when keeps_final_norm();
-  // may take it. Under context parallelism the rows come from the ranks that ran them.
-  virtual bool keeps_final_norm() const { return false; }
-  virtual void keep_final_norm(const ForwardBatch& /*batch*/, std::vector<float>& /*normed*/) {}
-  // The CP group and its layout (context_parallel() only).
-  dist::Comm& cp_comm() const { return *parts_.cp_comm; }
-  ContextLayout cp_layout() const { return parts_.cp_layout; }
-
- private:
   void ensure_scratch(const ExecContext& ctx, const ForwardBatch& batch);
   // forward() under context parallelism: this rank's part of the step (ContextSplit), then the
   // final-norm rows asked for gathered from the ranks that ran them. Taps see the layers' values
@@ -134,7 +149,11 @@ class HybridModel : public CausalLm {
                  KvCache& cache, float* x, TapSink* taps);
 
   HybridModelParts parts_;
-  std::vector<const DecoderLayer*> extra_layers_;
+  // MTP only: the last forward()'s model.norm output [T, d] (every token's, gathered from the CP
+  // group) and positions, and the MTP output rows [rows, d] of the last MTP call's logits rows.
+  std::vector<float> last_final_;
+  std::vector<int32_t> last_positions_;
+  std::vector<float> last_mtp_rows_;
   std::unique_ptr<Arena> scratch_;
   bool has_recurrent_state_ = false;
 };

@@ -725,9 +725,12 @@ void EngineCore::Impl::propose_drafts(const EngineConfig& config) {
   if (!spec.enabled() || scheduler->num_running() > spec.disable_by_batch_size) return;
   const int64_t block_size = coordinator->block_size();
   for (Request* r : scheduler->running()) {
-    // Decoding rows only: not a prefill, not the replay after a rollback, not a scoring request.
-    if (r->num_uncomputed() != 1 || r->num_computed_tokens < r->num_prompt_tokens ||
-        r->return_prompt_logits || r->return_mtp_logits ||
+    // Rows of output tokens only: a decode row, or the replay after a rollback (the accepted
+    // tokens and the one sampled after them, recomputed from the restored state: the drafts
+    // follow them, so a rejection costs no step without drafts). Not a prefill, not a scoring
+    // request.
+    if (r->num_computed_tokens < r->num_prompt_tokens || r->return_prompt_logits ||
+        r->return_mtp_logits ||
         r->num_output_tokens() < static_cast<int64_t>(r->forced_output_token_ids.size()))
       continue;
     // Room for every draft and the token after them.

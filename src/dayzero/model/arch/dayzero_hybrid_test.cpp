@@ -8,7 +8,7 @@
 #include "dayzero/model/arch/kimi_linear.h"
 
 namespace dz::model {
-namespace {
+namespace dayzero_hybrid_test {
 
 using testing::parse_error;
 using testing::parse_ok;
@@ -110,6 +110,40 @@ TEST(DayzeroHybrid, RegistryScheduleAndTensorTable) {
   EXPECT_EQ(t.find("model.layers.1.self_attn.q_proj.weight"), nullptr);
 }
 
+TEST(DayzeroHybrid, MtpLayerFollowsTheMainLayers) {
+  auto config = hybrid_config();
+  config["num_nextn_predict_layers"] = 1;
+  auto arch = parse_ok(config);
+  ASSERT_NE(arch, nullptr);
+  LayerSchedule s = arch->schedule();
+  ASSERT_EQ(s.layers.size(), 5u);
+  EXPECT_EQ(s.num_main_layers(), 4);
+  EXPECT_EQ(s.num_mtp_layers(), 1);
+  const LayerSpec& mtp = s.layers.back();
+  EXPECT_EQ(mtp.layer_id, 4);
+  EXPECT_TRUE(mtp.is_mtp);
+  EXPECT_EQ(mtp.attention, AttentionKind::kMlaDsa);
+  EXPECT_EQ(mtp.ffn, FfnKind::kLatentMoe);
+  EXPECT_FALSE(mtp.attn_res);  // the MTP layer adds its sublayers to a plain residual
+  EXPECT_EQ(describe_schedule(s).back(), "4: MTP: MLA+DSA + latent MoE");
+
+  TensorTable t = arch->tensor_table();
+  const std::string p = "model.layers.4.";
+  for (const char* name :
+       {"enorm.weight", "hnorm.weight", "eh_proj.weight", "shared_head.norm.weight",
+        "embed_tokens.weight", "shared_head.head.weight", "self_attn.indexer.wk.weight",
+        "block_sparse_moe.experts.0.w1.weight_packed"})
+    EXPECT_NE(t.find(p + name), nullptr) << name;
+  EXPECT_EQ(t.find(p + "eh_proj.weight")->shape, (Shape{128, 256}));
+  EXPECT_EQ(t.find(p + "self_attention_res_proj.weight"), nullptr);
+  EXPECT_EQ(t.find(p + "self_attn.f_a_proj.weight"), nullptr);
+
+  config["num_nextn_predict_layers"] = 2;
+  EXPECT_EQ(parse_error(config),
+            "config.json: field \"num_nextn_predict_layers\": dayzero_hybrid defines at most one "
+            "MTP layer");
+}
+
 TEST(DayzeroHybrid, ErrorsNameTheField) {
   auto error = [](const char* field, const nlohmann::json& value) {
     auto config = hybrid_config();
@@ -151,5 +185,5 @@ TEST(DayzeroHybrid, ErrorsNameTheField) {
             "(supported: sigmoid)");
 }
 
-}  // namespace
+}  // namespace dayzero_hybrid_test
 }  // namespace dz::model

@@ -87,9 +87,7 @@ class DeepseekV32 final : public Architecture {
   }
   Result<std::unique_ptr<CausalLm>> load_model(std::unique_ptr<formats::Checkpoint> checkpoint,
                                                const ModelOptions& options) const override {
-    DZ_ASSIGN_OR_RETURN(auto model,
-                        DeepseekV32Model::load(config_, prefix_, std::move(checkpoint), options));
-    return std::unique_ptr<CausalLm>(std::move(model));
+    return load_deepseek_v32_model(config_, prefix_, std::move(checkpoint), options);
   }
 
  private:

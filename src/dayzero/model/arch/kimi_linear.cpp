@@ -251,11 +251,13 @@ Result<KimiLinearConfig> parse_kimi_linear_config(const formats::ConfigObject& o
   READ(optional_positive_int, attn_res_block_size);
   READ(required_number, rms_norm_eps);
   READ(optional_bool, tie_word_embeddings, false);
-  DZ_ASSIGN_OR_RETURN(int64_t num_mtp,
-                      obj.optional_non_negative_int("num_nextn_predict_layers", 0));
-  if (num_mtp != 0)
+  READ(optional_non_negative_int, num_nextn_predict_layers, 0);
+  if (mla_kind == KimiMlaKind::kNope && c.num_nextn_predict_layers != 0)
     return obj.field_error("num_nextn_predict_layers",
                            "MTP layers are not defined for kimi_linear");
+  if (c.num_nextn_predict_layers > 1)
+    return obj.field_error("num_nextn_predict_layers",
+                           "dayzero_hybrid defines at most one MTP layer");
   DZ_ASSIGN_OR_RETURN(formats::ConfigObject linear, obj.required_object("linear_attn_config"));
   DZ_ASSIGN_OR_RETURN(c.linear_attn_config, parse_linear_attn_config(linear, c.num_hidden_layers));
   DZ_ASSIGN_OR_RETURN(auto quant, obj.optional_object("quantization_config"));
@@ -272,21 +274,28 @@ Result<KimiLinearConfig> parse_kimi_linear_config(const formats::ConfigObject& o
 #undef READ
 
 LayerSchedule kimi_linear_schedule(const KimiLinearConfig& c) {
+  auto ffn = [&c](int i) {
+    if (i < c.first_k_dense_replace || i % c.moe_layer_freq != 0) return FfnKind::kDenseMlp;
+    return c.routed_expert_hidden_size ? FfnKind::kLatentMoe : FfnKind::kMoe;
+  };
   LayerSchedule schedule;
   const auto& kda = c.linear_attn_config.kda_layers;
   for (int i = 0; i < static_cast<int>(c.num_hidden_layers); ++i) {
-    bool moe = i >= c.first_k_dense_replace && i % c.moe_layer_freq == 0;
     LayerSpec layer{
         .layer_id = i,
         .attention = std::binary_search(kda.begin(), kda.end(), i) ? AttentionKind::kKda
                      : c.rope_dsa                                  ? AttentionKind::kMlaDsa
                                                                    : AttentionKind::kMla,
-        .ffn = !moe ? FfnKind::kDenseMlp
-                    : (c.routed_expert_hidden_size ? FfnKind::kLatentMoe : FfnKind::kMoe),
+        .ffn = ffn(i),
         .attn_res = c.attn_res_block_size.has_value(),
         .attn_res_write = c.attn_res_block_size && i % *c.attn_res_block_size == 0,
     };
     schedule.layers.push_back(layer);
+  }
+  for (int i = 0; i < static_cast<int>(c.num_nextn_predict_layers); ++i) {
+    const int id = static_cast<int>(c.num_hidden_layers) + i;
+    schedule.layers.push_back(LayerSpec{
+        .layer_id = id, .attention = AttentionKind::kMlaDsa, .ffn = ffn(id), .is_mtp = true});
   }
   return schedule;
 }

@@ -74,6 +74,9 @@ struct KimiLinearConfig {
   std::optional<int64_t> attn_res_block_size;  // AttnRes (K3)
   double rms_norm_eps = 1e-5;
   bool tie_word_embeddings = false;
+  // dayzero_hybrid only: 1 adds an MTP layer (model/mtp_layer.h) as layer num_hidden_layers, MLA
+  // with the indexer and the FFN the schedule's rule gives that index, without AttnRes.
+  int64_t num_nextn_predict_layers = 0;
   KimiLinearAttnConfig linear_attn_config;
   formats::QuantizationConfig quantization_config;  // none or compressed-tensors MXFP4 experts
   std::optional<RopeDsaConfig> rope_dsa;            // set for dayzero_hybrid

@@ -116,7 +116,8 @@ DecoderLayerConfig layer_config(const KimiLinearConfig& c, const LayerSpec& spec
 struct KimiWeights {
   HybridModelParts parts;                   // the globals
   AttnResQueryWeights final_res;            // AttnRes' final mix
-  std::vector<DecoderLayerWeights> layers;  // in schedule order
+  std::vector<DecoderLayerWeights> layers;  // in schedule order (main layers, then MTP)
+  std::vector<MtpLayer> mtp;                // the MTP layer's own tensors (dayzero_hybrid)
 };
 
 void visit_kimi_linear(TensorVisitor& v, const KimiLinearConfig& c, const std::string& prefix,
@@ -130,8 +131,16 @@ void visit_kimi_linear(TensorVisitor& v, const KimiLinearConfig& c, const std::s
   }
   const LayerSchedule schedule = kimi_linear_schedule(c);
   w.layers.resize(schedule.layers.size());
-  for (size_t i = 0; i < schedule.layers.size(); ++i)
-    visit_decoder_layer_tensors(v, layer_config(c, schedule.layers[i]), w.layers[i]);
+  w.mtp.resize(static_cast<size_t>(schedule.num_mtp_layers()));
+  for (size_t i = 0; i < schedule.layers.size(); ++i) {
+    const LayerSpec& spec = schedule.layers[i];
+    visit_decoder_layer_tensors(v, layer_config(c, spec), w.layers[i]);
+    if (spec.is_mtp)
+      visit_mtp_tensors(v, spec.layer_id, c.vocab_size, c.hidden_size,
+                        v.full_name("model.embed_tokens.weight"),
+                        v.full_name(c.tie_word_embeddings ? "model.embed_tokens" : "lm_head"),
+                        w.mtp[i - static_cast<size_t>(c.num_hidden_layers)]);
+  }
 }
 
 }  // namespace
@@ -179,10 +188,17 @@ Result<std::unique_ptr<CausalLm>> load_kimi_linear_model(
   parts.comm = options.tp_group();
   parts.cp_comm = options.cp_group();
   parts.cp_layout = options.cp_layout;
-  for (size_t i = 0; i < schedule.layers.size(); ++i)
-    parts.layers.push_back(make_decoder_layer(layer_config(config, schedule.layers[i]),
-                                              std::move(w.layers[i]), shard, options.tp_group(),
-                                              options.expert_group()));
+  for (size_t i = 0; i < schedule.layers.size(); ++i) {
+    DecoderLayer layer =
+        make_decoder_layer(layer_config(config, schedule.layers[i]), std::move(w.layers[i]), shard,
+                           options.tp_group(), options.expert_group());
+    if (!schedule.layers[i].is_mtp) {
+      parts.layers.push_back(std::move(layer));
+      continue;
+    }
+    parts.mtp = std::make_unique<MtpLayer>(std::move(w.mtp.front()));
+    parts.mtp->layer = std::move(layer);
+  }
   parts.checkpoint = std::move(checkpoint);
   return std::unique_ptr<CausalLm>(std::make_unique<HybridModel>(std::move(parts)));
 }
