@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <optional>
 
 #include "dayzero/core/check.h"
 #include "dayzero/kernels/norms.h"
@@ -97,6 +98,33 @@ HybridModel::HybridModel(HybridModelParts parts) : parts_(std::move(parts)) {
   DZ_CHECK(!has_attn_res() || parts_.layers[0].attn_res_write,
            "AttnRes: layer 0 must write the embedding into the bank");
 }
+
+// The step forward_context_parallel() ran, owned: its ContextSplit refers to the batch.
+struct HybridModel::KeptStep {
+  std::vector<int32_t> token_ids;
+  std::vector<int32_t> positions;
+  std::vector<int64_t> slot_mapping;
+  std::vector<std::vector<int32_t>> block_tables;
+  ForwardBatch batch;
+  std::unique_ptr<ContextSplit> split;
+  std::vector<float> local_final;  // this rank's final-norm rows [local tokens, d]
+
+  explicit KeptStep(const ForwardBatch& from)
+      : token_ids(from.token_ids.begin(), from.token_ids.end()),
+        positions(from.positions.begin(), from.positions.end()),
+        slot_mapping(from.slot_mapping.begin(), from.slot_mapping.end()) {
+    batch.token_ids = token_ids;
+    batch.positions = positions;
+    batch.slot_mapping = slot_mapping;
+    batch.block_size = from.block_size;
+    batch.sequences = from.sequences;
+    block_tables.reserve(from.sequences.size());
+    for (SequenceSlice& seq : batch.sequences) {
+      block_tables.emplace_back(seq.block_table.begin(), seq.block_table.end());
+      seq.block_table = block_tables.back();
+    }
+  }
+};
 
 HybridModel::~HybridModel() = default;
 
@@ -337,6 +365,7 @@ Status HybridModel::forward(const ExecContext& ctx, const ForwardBatch& batch, K
   tap(taps, -1, "logits", out_logits,
       {static_cast<int64_t>(logits_rows.size()), parts_.vocab_size});
   if (has_mtp()) {
+    kept_step_.reset();
     last_final_ = std::move(hidden);
     last_positions_.assign(batch.positions.begin(), batch.positions.end());
   }
@@ -367,7 +396,14 @@ Status HybridModel::forward_context_parallel(const ExecContext& ctx, const Forwa
                       "(this one stores shard {} of {})",
                       parts_.cp_comm->size(), cache.shard().index, cache.shard().count);
   const int64_t d = parts_.hidden_size;
-  const ContextSplit split(batch, *parts_.cp_comm, parts_.cp_layout);
+  // With an MTP layer the step and its split are kept for forward_mtp(), so they live on the heap.
+  std::unique_ptr<KeptStep> kept = has_mtp() ? std::make_unique<KeptStep>(batch) : nullptr;
+  std::optional<ContextSplit> own_split;
+  if (kept != nullptr)
+    kept->split = std::make_unique<ContextSplit>(kept->batch, *parts_.cp_comm, parts_.cp_layout);
+  else
+    own_split.emplace(batch, *parts_.cp_comm, parts_.cp_layout);
+  const ContextSplit& split = kept != nullptr ? *kept->split : *own_split;
   const ForwardBatch& local = split.local();
   std::vector<float> hidden(static_cast<size_t>(local.num_tokens() * d));
   run_layers(ctx, local, cache, hidden.data(), taps);  // taps see this rank's tokens
@@ -376,10 +412,10 @@ Status HybridModel::forward_context_parallel(const ExecContext& ctx, const Forwa
   const std::vector<float> picked = split.gather_rows(logits_rows, hidden.data(), d, -1);
   head_logits(ctx, parts_.lm_head, picked.data(), static_cast<int64_t>(logits_rows.size()),
               out_logits);
-  if (has_mtp()) {  // every token's row, for the MTP head: T·d·4 bytes gathered
-    std::vector<int64_t> every(static_cast<size_t>(batch.num_tokens()));
-    std::iota(every.begin(), every.end(), int64_t{0});
-    last_final_ = split.gather_rows(every, hidden.data(), d, -1);
+  if (kept != nullptr) {
+    kept->local_final = std::move(hidden);
+    kept_step_ = std::move(kept);
+    last_final_.clear();
     last_positions_.assign(batch.positions.begin(), batch.positions.end());
   }
   return Status::ok_status();

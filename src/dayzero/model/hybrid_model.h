@@ -70,8 +70,10 @@ class HybridModel : public CausalLm {
                  std::span<const int64_t> logits_rows, float* out_logits, TapSink* taps) override;
 
   // The MTP head (model/hybrid_model_mtp.cpp). forward() keeps every token's final-norm row for
-  // it; under context parallelism the MTP batch is split like any step (its pieces need not be
-  // the last forward's: the kept rows are the whole step's). Chaining keeps the MTP output rows of
+  // it; under context parallelism each rank keeps its own rows and the step, and the first
+  // forward_mtp() after it gathers the whole step's rows (a model whose head is not used sends
+  // nothing more). The MTP batch is split like any step (its pieces need not be the last
+  // forward's). Chaining keeps the MTP output rows of
   // the last call's logits rows; not under context parallelism (kUnsupported).
   bool has_mtp() const override { return parts_.mtp != nullptr; }
   Status forward_mtp(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
@@ -148,9 +150,16 @@ class HybridModel : public CausalLm {
   void run_plain(const ExecContext& ctx, const DecoderLayer& layer, const ForwardBatch& batch,
                  KvCache& cache, float* x, TapSink* taps);
 
+  // Under context parallelism with an MTP layer: the last forward()'s step, owned (its split
+  // refers to it), and this rank's final-norm rows of it, until forward_mtp() gathers them.
+  struct KeptStep;
+  // The MTP step's rows: last_final_ once the kept step's rows are gathered.
+  const std::vector<float>& gathered_final();
+
   HybridModelParts parts_;
-  // MTP only: the last forward()'s model.norm output [T, d] (every token's, gathered from the CP
-  // group) and positions, and the MTP output rows [rows, d] of the last MTP call's logits rows.
+  // MTP only: the last forward()'s model.norm output [T, d] (every token's) and positions, and the
+  // MTP output rows [rows, d] of the last MTP call's logits rows.
+  std::unique_ptr<KeptStep> kept_step_;
   std::vector<float> last_final_;
   std::vector<int32_t> last_positions_;
   std::vector<float> last_mtp_rows_;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "dayzero/kernels/norms.h"
 #include "dayzero/model/hybrid_model.h"
@@ -24,6 +25,17 @@ Status no_mtp_layer() {
 }
 
 }  // namespace
+
+const std::vector<float>& HybridModel::gathered_final() {
+  if (kept_step_ != nullptr) {  // every CP rank is here in the same MTP step: T·d·4 bytes
+    std::vector<int64_t> every(static_cast<size_t>(kept_step_->batch.num_tokens()));
+    std::iota(every.begin(), every.end(), int64_t{0});
+    last_final_ = kept_step_->split->gather_rows(every, kept_step_->local_final.data(),
+                                                 parts_.hidden_size, -1);
+    kept_step_.reset();
+  }
+  return last_final_;
+}
 
 void HybridModel::run_mtp_layer(const ExecContext& ctx, const ForwardBatch& batch, KvCache& cache,
                                 float* x, TapSink* taps) {
@@ -56,11 +68,12 @@ Status HybridModel::forward_mtp(const ExecContext& ctx, const ForwardBatch& batc
   if (T == 0) return Status::ok_status();
   // This rank's pieces of the MTP step, each token with the kept row of its position.
   const int64_t d = parts_.hidden_size;
+  const std::vector<float>& kept = gathered_final();
   const ContextSplit split(batch, *parts_.cp_comm, parts_.cp_layout);
   const ForwardBatch& local = split.local();
   std::vector<float> main_final(static_cast<size_t>(local.num_tokens() * d));
   for (int64_t t = 0; t < local.num_tokens(); ++t)
-    std::memcpy(main_final.data() + t * d, last_final_.data() + split.full_token(t) * d,
+    std::memcpy(main_final.data() + t * d, kept.data() + split.full_token(t) * d,
                 static_cast<size_t>(d) * sizeof(float));
   const std::vector<float> z = mtp_hidden(ctx, local, cache, main_final.data(), taps);
   mtp_head(ctx, split.gather_rows(logits_rows, z.data(), d, -1),

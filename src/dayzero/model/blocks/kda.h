@@ -41,9 +41,11 @@ struct KdaLayerState {
   uint16_t* conv_rows(int32_t slot) const { return conv + slot * layout.conv_elems(); }
 };
 
-// kAuto: sequences with exactly one new token run the recurrent kernel, others the chunked one.
-// The forced paths exist for tests and benchmarks; all three compute the same function.
+// kAuto: sequences with at most kKdaRecurrentMaxTokens new tokens (a decode step, a speculative
+// verification row) run the recurrent kernel, longer ones the chunked one. The forced paths exist
+// for tests and benchmarks; all three compute the same function.
 enum class KdaPath : unsigned char { kAuto, kRecurrent, kChunked };
+inline constexpr int64_t kKdaRecurrentMaxTokens = 8;
 
 struct KdaConfig {
   int64_t hidden_size = 0;
