@@ -221,8 +221,8 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
     const SequenceSlice& seq = batch.sequences[i];
     if (seq.num_tokens == 0 || runs_piece(batch, i)) continue;
     const int64_t t0 = seq.token_begin;
-    const bool recurrent =
-        c.path == KdaPath::kRecurrent || (c.path == KdaPath::kAuto && seq.num_tokens <= kKdaRecurrentMaxTokens);
+    const bool recurrent = c.path == KdaPath::kRecurrent ||
+                           (c.path == KdaPath::kAuto && seq.num_tokens <= kKdaRecurrentMaxTokens);
     float* s = state.state(seq.state_slot);
     if (recurrent) {
       kernels::kda_recurrent(ctx, dims, q + t0 * hd, k + t0 * hd, v + t0 * hd, g + t0 * hd,
