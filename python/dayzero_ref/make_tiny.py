@@ -168,6 +168,16 @@ CONFIGS = {"deepseek_v32": deepseek_v32_config, "kimi_linear": kimi_linear_confi
 
 # ---------------------------------------------------------------- tensor layouts (docs/models.md §7)
 
+def mtp_entries(p, d, v):
+    """The MTP layer's own tensors under prefix p (DeepSeek's layout, shared by dayzero_hybrid)."""
+    return [Entry(p + "enorm.weight", (d,), "norm", "BF16"),
+            Entry(p + "hnorm.weight", (d,), "norm", "BF16"),
+            Entry(p + "eh_proj.weight", (d, 2 * d), "linear", "BF16"),
+            Entry(p + "shared_head.norm.weight", (d,), "norm", "BF16"),
+            Entry(p + "embed_tokens.weight", (v, d), "embed", "BF16"),
+            Entry(p + "shared_head.head.weight", (v, d), "linear", "BF16")]
+
+
 def deepseek_v32_layout(c):
     d, h, v = c["hidden_size"], c["num_attention_heads"], c["vocab_size"]
     rq, rkv, nope, rope, vd = (c["q_lora_rank"], c["kv_lora_rank"], c["qk_nope_head_dim"],
@@ -213,12 +223,7 @@ def deepseek_v32_layout(c):
             lin("mlp.shared_experts.up_proj", si, d)
             lin("mlp.shared_experts.down_proj", d, si)
         if i >= c["num_hidden_layers"]:  # MTP head; eh_proj dtype is (unverified), BF16 here
-            out += [Entry(p + "enorm.weight", (d,), "norm", "BF16"),
-                    Entry(p + "hnorm.weight", (d,), "norm", "BF16"),
-                    Entry(p + "eh_proj.weight", (d, 2 * d), "linear", "BF16"),
-                    Entry(p + "shared_head.norm.weight", (d,), "norm", "BF16"),
-                    Entry(p + "embed_tokens.weight", (v, d), "embed", "BF16"),
-                    Entry(p + "shared_head.head.weight", (v, d), "linear", "BF16")]
+            out += mtp_entries(p, d, v)
     return out
 
 
@@ -244,12 +249,7 @@ def kimi_layout(c, prefix=""):
                 Entry(p + "post_attention_layernorm.weight", (d,), "norm", "BF16")]
         mtp = i >= c["num_hidden_layers"]  # dayzero_hybrid's MTP layer: MLA + DSA, no AttnRes
         if mtp:
-            out += [Entry(p + "enorm.weight", (d,), "norm", "BF16"),
-                    Entry(p + "hnorm.weight", (d,), "norm", "BF16"),
-                    Entry(p + "eh_proj.weight", (d, 2 * d), "linear", "BF16"),
-                    Entry(p + "shared_head.norm.weight", (d,), "norm", "BF16"),
-                    Entry(p + "embed_tokens.weight", (v, d), "embed", "BF16"),
-                    Entry(p + "shared_head.head.weight", (v, d), "linear", "BF16")]
+            out += mtp_entries(p, d, v)
         if c.get("attn_res_block_size") and not mtp:
             lin("self_attention_res_proj", 1, d)
             out.append(Entry(p + "self_attention_res_norm.weight", (d,), "norm", "BF16"))

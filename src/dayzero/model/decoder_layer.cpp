@@ -9,17 +9,12 @@
 #include "dayzero/kernels/norms.h"
 
 namespace dz::model {
-namespace {
 
-// y = round_bf16(RMSNorm(x)) over num_rows rows of width dim (docs/models.md §1.1: FP32, rounded
-// once).
 void rms_norm_bf16(const ExecContext& ctx, const float* x, const std::vector<float>& weight,
                    float* y, int64_t num_rows, int64_t dim, float eps) {
   kernels::rms_norm(ctx, x, dim, weight.data(), y, dim, num_rows, dim, eps);
   kernels::round_to_bf16(y, num_rows * dim);
 }
-
-}  // namespace
 
 AttentionKind DecoderLayer::attention_kind() const {
   if (kda != nullptr) return AttentionKind::kKda;

@@ -30,6 +30,11 @@
 
 namespace dz::model {
 
+// y = round_bf16(RMSNorm(x; weight, eps)) over num_rows rows of width dim (docs/models.md §1.1:
+// FP32, rounded once); may alias.
+void rms_norm_bf16(const ExecContext& ctx, const float* x, const std::vector<float>& weight,
+                   float* y, int64_t num_rows, int64_t dim, float eps);
+
 struct DecoderLayer {
   int layer_id = 0;
   int64_t hidden_size = 0;
