@@ -171,8 +171,9 @@ struct EngineCore::Impl {
   std::vector<int64_t> spec_accepted_per_position;
 
   // Gives the running requests that are decoding their drafts for this step (none when the
-  // batch is larger than disable_by_batch_size).
+  // batch is larger than disable_by_batch_size: `drafting_this_step` says which).
   void propose_drafts(const EngineConfig& config);
+  bool drafting_this_step = false;
   int32_t rollback_slot(const Request& r) const {
     return rollback_slot_base + r.cache.state_slot - 1;
   }
@@ -685,7 +686,11 @@ std::vector<RequestOutput> EngineCore::step() {
       if (i == c.num_drafts || sample.token != r.draft_tokens[static_cast<size_t>(i)]) break;
     }
   }
-  if (config_.speculative.method == SpeculativeMethod::kMtp) {
+  if (config_.speculative.method == SpeculativeMethod::kMtp && !m.drafting_this_step) {
+    // Backed off: no drafts this step, and no head pass either (it would cost a layer and the
+    // head per step for drafts nobody makes); these requests draft no more with the head.
+    for (size_t i = 0; i < spans.size(); ++i) chunks[i].request->mtp_records_complete = false;
+  } else if (config_.speculative.method == SpeculativeMethod::kMtp) {
     // Before the commits trim the tables: the head's batch is the one that ran, drafts included.
     const Status mtp = m.run_mtp_drafts(std::span<StepChunk>(chunks).first(spans.size()),
                                         config_.speculative.num_speculative_tokens());
@@ -722,7 +727,8 @@ std::vector<RequestOutput> EngineCore::step() {
 
 void EngineCore::Impl::propose_drafts(const EngineConfig& config) {
   const SpeculativeConfig& spec = config.speculative;
-  if (!spec.enabled() || scheduler->num_running() > spec.disable_by_batch_size) return;
+  drafting_this_step = spec.enabled() && scheduler->num_running() <= spec.disable_by_batch_size;
+  if (!drafting_this_step) return;
   const int64_t block_size = coordinator->block_size();
   for (Request* r : scheduler->running()) {
     // Rows of output tokens only: a decode row, or the replay after a rollback (the accepted
@@ -746,7 +752,8 @@ void EngineCore::Impl::propose_drafts(const EngineConfig& config) {
     if (config.propose_drafts_for_test) {
       r->draft_tokens = config.propose_drafts_for_test(r->tokens, max_drafts);
     } else if (spec.method == SpeculativeMethod::kMtp) {
-      if (r->mtp_draft_position == r->num_tokens()) r->draft_tokens = r->mtp_drafts;
+      if (r->mtp_records_complete && r->mtp_draft_position == r->num_tokens())
+        r->draft_tokens = r->mtp_drafts;
     } else {
       NgramConfig ngram = spec.ngram;
       ngram.num_speculative_tokens = static_cast<int32_t>(max_drafts);

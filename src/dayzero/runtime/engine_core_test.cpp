@@ -821,6 +821,44 @@ TEST_P(EngineCoreTest, SpeculativeSamplingKeepsTheDistribution) {
   EXPECT_LT(chi2, critical);
 }
 
+// Backed off (more requests running than disable_by_batch_size) the MTP head does not run at all,
+// and the requests that ran so draft no more with it (its cache has holes at their positions);
+// a request arriving alone afterwards drafts with it. Tokens stay plain decoding's throughout.
+TEST_P(EngineCoreTest, MtpHeadRestsWhileBackedOff) {
+  const uint64_t seed = 71;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  RecordingLm model(hybrid());
+  model.with_mtp = true;
+  EngineConfig config = tiny_cache_config();
+  config.max_num_seqs = 8;
+  config.max_num_batched_tokens = 64;  // the four prompts start in one step
+  config.max_model_len = 512;
+  config.speculative.method = SpeculativeMethod::kMtp;
+  config.speculative.ngram.num_speculative_tokens = 1;
+  config.speculative.disable_by_batch_size = 2;
+  auto engine = make_engine(model, config);
+  auto run = [&](int64_t first_id, int64_t count) {
+    std::map<int64_t, GenerationRequest> requests;
+    for (int64_t id = first_id; id < first_id + count; ++id) {
+      requests[id] = greedy(random_tokens(rng, 10), 12);
+      ASSERT_TRUE(engine->add_request(id, requests[id]).ok());
+    }
+    auto results = run_to_end(*engine);
+    for (const auto& [id, r] : requests)
+      EXPECT_EQ(results[id].tokens, expected_tokens(r.prompt_token_ids, r.sampling, r.max_tokens,
+                                                    hybrid(), {}, r.choice_index))
+          << "request " << id;
+  };
+  run(0, 4);  // their second step has 4 running: every one of them has a hole
+  EXPECT_EQ(engine->metrics().spec_num_drafts, 0);
+  const int64_t calls = model.num_mtp_calls;
+  run(10, 1);
+  EXPECT_GT(engine->metrics().spec_num_drafts, 0);
+  EXPECT_GT(model.num_mtp_calls, calls);
+  expect_nothing_held(*engine);
+}
+
 // The MTP proposer: the fake head's row for position t is the main model's logits of position
 // t + 1 (plain model), and chained on its own row it continues that history with the token fed,
 // so its greedy drafts are the next greedy tokens and greedy requests accept every draft; on the

@@ -70,6 +70,10 @@ struct Request {
   // the step that made that position the next one; stale once the tokens moved on.
   std::vector<int32_t> mtp_drafts;
   int64_t mtp_draft_position = -1;
+  // Whether the MTP head ran over every position this request computed: a step while speculation
+  // is backed off skips the head, and the request drafts no more with it (its attention would
+  // read holes).
+  bool mtp_records_complete = true;
   // Positions below these were scored already (a recompute after preemption repeats none).
   int64_t num_prompt_logits_sent = 0;
   int64_t num_mtp_logits_sent = 0;
