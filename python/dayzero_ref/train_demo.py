@@ -139,26 +139,32 @@ def export(model, out, log):
         f"to {out}")
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--work", type=Path, default=Path.home() / ".cache/dayzero/demo-train")
+def add_training_args(parser, work, steps, lr, warmup, dense_frac, quant_frac, eval_windows):
+    """The options this script and train_demo_mtp share, with each one's defaults."""
+    parser.add_argument("--work", type=Path, default=work)
     parser.add_argument("--out", type=Path, default=None, help="export the checkpoint here")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=800)
+    parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seq", type=int, default=256)
-    parser.add_argument("--lr", type=float, default=2e-3)
-    parser.add_argument("--warmup", type=int, default=40)
+    parser.add_argument("--lr", type=float, default=lr)
+    parser.add_argument("--warmup", type=int, default=warmup)
     parser.add_argument("--weight-decay", type=float, default=0.1)
     parser.add_argument("--clip", type=float, default=1.0)
     parser.add_argument("--indexer-weight", type=float, default=1.0)
     parser.add_argument("--balance-rate", type=float, default=1e-3)
-    parser.add_argument("--dense-frac", type=float, default=0.5)
-    parser.add_argument("--quant-frac", type=float, default=0.85)
+    parser.add_argument("--dense-frac", type=float, default=dense_frac)
+    parser.add_argument("--quant-frac", type=float, default=quant_frac)
     parser.add_argument("--eval-every", type=int, default=100)
-    parser.add_argument("--eval-windows", type=int, default=32)
-    parser.add_argument("--save-every", type=int, default=25)
+    parser.add_argument("--eval-windows", type=int, default=eval_windows)
     parser.add_argument("--threads", type=int, default=2)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_training_args(parser, Path.home() / ".cache/dayzero/demo-train", steps=800, lr=2e-3,
+                      warmup=40, dense_frac=0.5, quant_frac=0.85, eval_windows=32)
+    parser.add_argument("--save-every", type=int, default=25)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     args.work.mkdir(parents=True, exist_ok=True)

@@ -3,9 +3,11 @@
 namespace dz::model {
 
 void visit_mtp_tensors(TensorVisitor& v, int layer_id, int64_t vocab_size, int64_t hidden_size,
-                       const std::string& main_embedding, const std::string& main_head,
-                       MtpLayer& mtp) {
+                       bool tie_word_embeddings, MtpLayer& mtp) {
   const int64_t d = hidden_size;
+  // The names visit_model_globals gave the main embedding and head, under the root prefix.
+  const std::string main_embedding = v.full_name("model.embed_tokens.weight");
+  const std::string main_head = v.full_name(tie_word_embeddings ? "model.embed_tokens" : "lm_head");
   TensorVisitor::Scope layer(v, {.prefix = decoder_layer_prefix(layer_id),
                                  .component = Component::kMtp,
                                  .layer_id = layer_id,

@@ -30,12 +30,11 @@ struct MtpLayer {
   DecoderLayer layer;  // built by the recipe from its own tensors
 };
 
-// The MTP layer's tensors beside its decoder layer's, under decoder_layer_prefix(layer_id):
-// "enorm", "hnorm", "eh_proj" [d, 2d] (quantizable: DeepSeek's dtype is (unverified)),
-// "shared_head.norm", and "embed_tokens" / "shared_head.head", copies of `main_embedding` /
-// `main_head` (full names already visited).
+// The MTP layer's tensors beside its decoder layer's, under decoder_layer_prefix(layer_id) of the
+// current (model root) prefix: "enorm", "hnorm", "eh_proj" [d, 2d] (quantizable: DeepSeek's dtype
+// is (unverified)), "shared_head.norm", and "embed_tokens" / "shared_head.head", copies of the
+// main embedding and head that visit_model_globals declared.
 void visit_mtp_tensors(TensorVisitor& v, int layer_id, int64_t vocab_size, int64_t hidden_size,
-                       const std::string& main_embedding, const std::string& main_head,
-                       MtpLayer& mtp);
+                       bool tie_word_embeddings, MtpLayer& mtp);
 
 }  // namespace dz::model

@@ -104,9 +104,6 @@ void visit_deepseek_v32(TensorVisitor& v, const DeepseekV32Config& c, const std:
                         int64_t num_mtp_layers, DeepseekV32Weights& w) {
   TensorVisitor::Scope root(v, {.prefix = prefix});
   visit_model_globals(v, c.vocab_size, c.hidden_size, c.tie_word_embeddings, w.parts);
-  const std::string main_embedding = v.full_name("model.embed_tokens.weight");
-  const std::string main_head =
-      v.full_name(c.tie_word_embeddings ? "model.embed_tokens" : "lm_head");
   const LayerSchedule schedule = deepseek_v32_schedule(c);
   const auto num_layers = static_cast<size_t>(c.num_hidden_layers + num_mtp_layers);
   w.layers.resize(num_layers);
@@ -115,7 +112,7 @@ void visit_deepseek_v32(TensorVisitor& v, const DeepseekV32Config& c, const std:
     const LayerSpec& spec = schedule.layers[i];
     visit_decoder_layer_tensors(v, layer_config(c, spec), w.layers[i]);
     if (spec.is_mtp)
-      visit_mtp_tensors(v, spec.layer_id, c.vocab_size, c.hidden_size, main_embedding, main_head,
+      visit_mtp_tensors(v, spec.layer_id, c.vocab_size, c.hidden_size, c.tie_word_embeddings,
                         w.mtp[i - static_cast<size_t>(c.num_hidden_layers)]);
   }
 }

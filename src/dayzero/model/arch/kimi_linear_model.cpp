@@ -136,9 +136,7 @@ void visit_kimi_linear(TensorVisitor& v, const KimiLinearConfig& c, const std::s
     const LayerSpec& spec = schedule.layers[i];
     visit_decoder_layer_tensors(v, layer_config(c, spec), w.layers[i]);
     if (spec.is_mtp)
-      visit_mtp_tensors(v, spec.layer_id, c.vocab_size, c.hidden_size,
-                        v.full_name("model.embed_tokens.weight"),
-                        v.full_name(c.tie_word_embeddings ? "model.embed_tokens" : "lm_head"),
+      visit_mtp_tensors(v, spec.layer_id, c.vocab_size, c.hidden_size, c.tie_word_embeddings,
                         w.mtp[i - static_cast<size_t>(c.num_hidden_layers)]);
   }
 }
