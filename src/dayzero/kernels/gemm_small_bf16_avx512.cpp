@@ -85,7 +85,7 @@ __attribute__((target("amx-tile,amx-bf16"))) void tile_32x32(const uint16_t* x, 
 
 }  // namespace
 
-void gemm_small_bf16_amx_rows(const AmxPanelWeight& weight, const uint16_t* x_bf16,
+void gemm_small_bf16_amx_rows(const Bf16PanelWeight& weight, const uint16_t* x_bf16,
                               int64_t padded_tokens, int64_t num_tokens, int64_t panel_begin,
                               int64_t panel_end, float* y) {
   const int64_t K = weight.padded_in, N = weight.out_features;

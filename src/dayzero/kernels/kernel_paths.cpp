@@ -54,8 +54,16 @@ const Variant kPortable{"portable C++", {}};
 const std::vector<Operator>& operators() {
   static const std::vector<Operator> ops = {
       {"BF16 linear, <= 64 tokens",
-       {{"AMX-BF16 small-M GEMM", kAmx}, {"oneDNN BF16 matmul", kAvx512}, kPortable}},
-      {"BF16 linear, > 64 tokens", {{"oneDNN BF16 matmul", kAvx512}, kPortable}},
+       {{"AMX-BF16 small-M GEMM", kAmx},
+        {"VDPBF16PS GEMM", kAvx512Bf16},
+        {"oneDNN BF16 matmul", kAvx512},
+        kPortable}},
+      {"BF16 linear, 65-512 tokens",
+       {{"oneDNN BF16 matmul (AMX)", kAmx},
+        {"VDPBF16PS GEMM", kAvx512Bf16},
+        {"oneDNN BF16 matmul", kAvx512},
+        kPortable}},
+      {"BF16 linear, > 512 tokens", {{"oneDNN BF16 matmul", kAvx512}, kPortable}},
       {"FP8 block linear, < 9 tokens",
        {{"GEMV, E4M3->BF16 tables + VDPBF16PS", kAvx512VbmiBf16},
         {"GEMV, E4M3->FP16->FP32 FMAs", kAvx512},

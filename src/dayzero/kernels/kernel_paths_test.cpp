@@ -35,6 +35,10 @@ TEST(KernelPaths, FollowTheDispatchersOnThisProcess) {
   std::printf("%s", kernel_path_report(detected_cpu_features(), *cpu_isa_from_env()).c_str());
   EXPECT_EQ(gemm_small_bf16_amx_available(),
             path_of(paths, "BF16 linear, <= 64 tokens").path == "AMX-BF16 small-M GEMM");
+  EXPECT_EQ(gemm_small_bf16_dpbf16_available() && !gemm_small_bf16_amx_available(),
+            path_of(paths, "BF16 linear, <= 64 tokens").path == "VDPBF16PS GEMM");
+  EXPECT_EQ(gemm_small_bf16_dpbf16_available() && !gemm_small_bf16_amx_available(),
+            path_of(paths, "BF16 linear, 65-512 tokens").path == "VDPBF16PS GEMM");
   const KdaDims kda{.num_heads = 2, .head_dim = 128};
   EXPECT_EQ(kda_avx512_available(kda),
             !portable(path_of(paths, "KDA recurrence (head_dim 64/128)")));
@@ -76,7 +80,9 @@ TEST(KernelPaths, AvxWithoutAmxNamesAmxAsWhatIsMissing) {
   const std::vector<KernelPath> paths = kernel_paths(zen);
   EXPECT_EQ(path_of(paths, "lightning indexer (FP8 keys)").path, "VDPBF16PS, heads in the lanes");
   EXPECT_EQ(path_of(paths, "lightning indexer (FP8 keys)").missing, "amx_bf16");
-  EXPECT_EQ(path_of(paths, "BF16 linear, <= 64 tokens").path, "oneDNN BF16 matmul");
+  EXPECT_EQ(path_of(paths, "BF16 linear, <= 64 tokens").path, "VDPBF16PS GEMM");
+  EXPECT_EQ(path_of(paths, "BF16 linear, 65-512 tokens").path, "VDPBF16PS GEMM");
+  EXPECT_EQ(path_of(paths, "BF16 linear, > 512 tokens").path, "oneDNN BF16 matmul");
   EXPECT_EQ(path_of(paths, "MXFP4 linear").path, "GEMV / BF16 tiles + oneDNN");
   EXPECT_EQ(path_of(paths, "FP8 block linear, >= 9 tokens").path,
             "VDPBF16PS GEMM, tokens in the lanes");

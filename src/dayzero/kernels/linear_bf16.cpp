@@ -74,7 +74,7 @@ void Bf16Linear::reorder_for_onednn() {
     dnnl::reorder(plain_mem, weights_mem_).execute(stream, plain_mem, weights_mem_);
     stream.wait();
     plain_codes_ = AlignedBuffer();
-    amx_panels_ = amx_panel_weight(weights_desc_, weights_mem_.get_data_handle(), in, out);
+    panels_ = bf16_panel_weight(weights_desc_, weights_mem_.get_data_handle(), in, out);
   } catch (const dnnl::error& e) {
     spdlog::warn("linear weight [{}, {}]: no oneDNN BF16 matmul ({}); using the reference", out, in,
                  e.what());
@@ -94,8 +94,8 @@ void Bf16Linear::forward(const ExecContext& ctx, const float* x, int64_t num_tok
   if (!weights_mem_)
     linear_bf16_ref(reinterpret_cast<const uint16_t*>(plain_codes_.data()), out_features_,
                     in_features_, x, num_tokens, y);
-  else if (amx_panels_ && num_tokens <= kGemmSmallBf16MaxTokens)
-    gemm_small_bf16_amx(ctx, *amx_panels_, x, num_tokens, y);
+  else if (panels_ && gemm_small_bf16_takes(num_tokens))
+    gemm_small_bf16(ctx, *panels_, x, num_tokens, y);
   else
     forward_onednn(ctx, x, num_tokens, y);
 }

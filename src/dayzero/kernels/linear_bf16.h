@@ -1,12 +1,13 @@
 #pragma once
 // A BF16 linear weight (linear.h): W [out, in] rounded to BF16 at load and reordered once into the
-// blocked layout oneDNN picks for Wᵀ (AMX/AVX-512 brgemm), which the AMX few-token GEMM
+// blocked layout oneDNN picks for Wᵀ (AMX/AVX-512 brgemm), which the few-token GEMM
 // (gemm_small_bf16.h) reads in place. Internal to kernels/; model code holds a LinearWeight.
 //
 // forward() by CPU (docs/cpu_dispatch.md; kernel_paths.cpp names the paths):
-// - AMX-BF16, num_tokens <= kGemmSmallBf16MaxTokens: gemm_small_bf16_amx on the reordered weight.
-// - AVX-512: one oneDNN matmul, bf16 x × bf16 Wᵀ → f32 y. One primitive per num_tokens, cached per
-//   weight; the blocked layout does not depend on num_tokens.
+// - AMX-BF16 and num_tokens <= kGemmSmallBf16AmxMaxTokens (64), or AVX512-BF16 without AMX and
+//   num_tokens <= kGemmSmallBf16Dpbf16MaxTokens (512): gemm_small_bf16 on the reordered weight.
+// - AVX-512 otherwise: one oneDNN matmul, bf16 x × bf16 Wᵀ → f32 y. One
+//   primitive per num_tokens, cached per weight; the blocked layout does not depend on num_tokens.
 // - No AVX-512, or no oneDNN BF16 matmul for the shape: linear_bf16_ref on the plain codes.
 
 #include <cstdint>
@@ -49,8 +50,8 @@ class Bf16Linear {
   // Wᵀ [in, out] as oneDNN's matmul B in the layout it chose; empty on the reference path.
   dnnl::memory::desc weights_desc_;
   dnnl::memory weights_mem_;
-  std::optional<AmxPanelWeight> amx_panels_;  // weights_mem_ as gemm_small_bf16 reads it
-  AlignedBuffer plain_codes_;                 // W [out, in] BF16 codes: the reference path only
+  std::optional<Bf16PanelWeight> panels_;  // weights_mem_ as gemm_small_bf16 reads it
+  AlignedBuffer plain_codes_;              // W [out, in] BF16 codes: the reference path only
   detail::MatmulCache matmuls_;
 };
 
