@@ -21,6 +21,11 @@ struct SequenceSlice {
   // Recurrent-state slot of the sequence (KDA layers, docs/serving.md §1.6); −1: none (models
   // without recurrent layers).
   int32_t state_slot = -1;
+  // Speculative verification on a recurrent model (docs/serving.md §4): with S slots here, slot j
+  // receives the recurrent state (and conv rows) after the slice's token num_tokens − 1 − S + j,
+  // i.e. after its last non-draft token and after each draft but the last, so that a rejection
+  // restores the state at the accepted length without recomputing anything. Empty: none.
+  std::span<const int32_t> snapshot_slots{};
 
   int64_t num_cached_after() const { return pos_begin + num_tokens; }
 };

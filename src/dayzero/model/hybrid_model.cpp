@@ -182,6 +182,23 @@ Status HybridModel::check_batch(const ForwardBatch& batch, const KvCache& cache)
         return make_error(StatusCode::kInvalidArgument,
                           "batch: state slot {} is used by two sequences", seq.state_slot);
       state_slots.push_back(seq.state_slot);
+      if (static_cast<int64_t>(seq.snapshot_slots.size()) >= seq.num_tokens)
+        return make_error(StatusCode::kInvalidArgument,
+                          "batch: {} snapshot slots for a sequence of {} tokens (at most {})",
+                          seq.snapshot_slots.size(), seq.num_tokens, seq.num_tokens - 1);
+      for (const int32_t slot : seq.snapshot_slots) {
+        if (slot < 0 || slot >= cache.num_state_slots())
+          return make_error(StatusCode::kInvalidArgument,
+                            "batch: snapshot slot {} outside the cache's {} recurrent-state slots",
+                            slot, cache.num_state_slots());
+        if (std::find(state_slots.begin(), state_slots.end(), slot) != state_slots.end())
+          return make_error(StatusCode::kInvalidArgument,
+                            "batch: state slot {} is used twice (a snapshot slot)", slot);
+        state_slots.push_back(slot);
+      }
+    } else if (!seq.snapshot_slots.empty()) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "batch: snapshot slots on a model without recurrent layers");
     }
     const int64_t blocks_needed =
         (seq.num_cached_after() + batch.block_size - 1) / batch.block_size;

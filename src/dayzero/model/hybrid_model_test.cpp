@@ -279,9 +279,9 @@ TinyModel build_model(const std::vector<LayerKind>& kinds, bool attn_res, uint32
   return m;
 }
 
-KvCache make_cache(const HybridModel& model) {
+KvCache make_cache(const HybridModel& model, int32_t num_state_slots = kNumStateSlots) {
   const std::vector<LayerCacheSpec> specs = model.cache_layers();
-  Result<KvCache> cache = KvCache::create(specs, kNumBlocks, kBlockSize, kNumStateSlots);
+  Result<KvCache> cache = KvCache::create(specs, kNumBlocks, kBlockSize, num_state_slots);
   DZ_CHECK(cache.ok(), "{}", cache.status().message());
   return std::move(cache).value();
 }
@@ -319,6 +319,7 @@ struct Chunk {
   int64_t pos_begin;
   int64_t num_tokens;
   int32_t state_slot;
+  std::vector<int32_t> snapshot_slots = {};  // SequenceSlice::snapshot_slots
 };
 
 // One forward over `chunks` (one batch), every token's logits and decisions into `out`.
@@ -332,7 +333,8 @@ void run_step(HybridModel& model, KvCache& cache, const std::vector<Chunk>& chun
                                             .num_tokens = c.num_tokens,
                                             .pos_begin = c.pos_begin,
                                             .block_table = c.seq->block_table,
-                                            .state_slot = c.state_slot});
+                                            .state_slot = c.state_slot,
+                                            .snapshot_slots = c.snapshot_slots});
     for (int64_t p = c.pos_begin; p < c.pos_begin + c.num_tokens; ++p) {
       ids.push_back(c.seq->tokens[static_cast<size_t>(p)]);
       positions.push_back(static_cast<int32_t>(p));
@@ -535,6 +537,61 @@ TEST(HybridModelTest, NewHybridSplitsMatchFullPrefillAttnRes) {
   check_splits(true);
 }
 
+// A verification row with snapshot slots leaves in slot j the recurrent state (and conv rows) a
+// decode step leaves after the row's token num_tokens − 1 − S + j, and its live slot as decode
+// does after the last token; a rejection restores a snapshot and decoding goes on from there.
+TEST(HybridModelTest, SnapshotSlotsHoldTheStateAfterEachDraftedToken) {
+  TinyModel m = build_model(kHybrid, false, 24);
+  const Sequence a = make_sequence(0, 11, {11, 4, 7, 0, 13});
+  std::vector<int> kda_layers;
+  const std::vector<LayerCacheSpec> specs = m.model->cache_layers();
+  for (size_t layer = 0; layer < specs.size(); ++layer)
+    if (specs[layer].kda.num_heads > 0) kda_layers.push_back(static_cast<int>(layer));
+  ASSERT_FALSE(kda_layers.empty());
+  // max |x − y| / max |y| over every KDA layer's state and conv rows of two slots.
+  const auto slot_diff = [&](KvCache& x, int32_t sx, KvCache& y, int32_t sy) {
+    double max_diff = 0, max_ref = 0;
+    for (const int layer : kda_layers) {
+      const KdaLayerState lx = x.kda_layer(layer), ly = y.kda_layer(layer);
+      for (int64_t i = 0; i < lx.layout.state_floats(); ++i) {
+        max_diff = std::max(max_diff, double{std::abs(lx.state(sx)[i] - ly.state(sy)[i])});
+        max_ref = std::max(max_ref, double{std::abs(ly.state(sy)[i])});
+      }
+      for (int64_t i = 0; i < lx.layout.conv_elems(); ++i) {
+        const float cx = formats::decode_bf16(lx.conv_rows(sx)[i]);
+        const float cy = formats::decode_bf16(ly.conv_rows(sy)[i]);
+        max_diff = std::max(max_diff, double{std::abs(cx - cy)});
+        max_ref = std::max(max_ref, double{std::abs(cy)});
+      }
+    }
+    return max_diff / max_ref;
+  };
+  constexpr int64_t kPrefill = 10, kRow = 4;  // the row: a last token and three drafts
+  KvCache row_cache = make_cache(*m.model, 6), decode_cache = make_cache(*m.model, 6);
+  Records row_out, decode_out;
+  run_step(*m.model, row_cache, {{&a, 0, kPrefill, 1}}, row_out);
+  run_step(*m.model, decode_cache, {{&a, 0, kPrefill, 1}}, decode_out);
+  run_step(*m.model, row_cache, {{&a, kPrefill, kRow, 1, {2, 3, 4}}}, row_out);
+  // The same bound as the splits above: FP32 order of other kernels' token counts (on AVX512-BF16
+  // without AMX every kernel here gives a token the same bits at any count, and the diffs are 0).
+  constexpr double kTolerance = 1e-3;
+  for (int64_t j = 0; j < kRow; ++j) {
+    run_step(*m.model, decode_cache, {{&a, kPrefill + j, 1, 1}}, decode_out);
+    const int32_t slot = j + 1 < kRow ? static_cast<int32_t>(2 + j) : 1;
+    const double diff = slot_diff(row_cache, slot, decode_cache, 1);
+    std::printf("state after token %lld: max|row - decode| / max|decode| = %.3g\n",
+                static_cast<long long>(kPrefill + j), diff);
+    EXPECT_LE(diff, kTolerance) << "after token " << kPrefill + j;
+  }
+  // Reject the last two drafts: restore the snapshot after the first draft, decode on.
+  row_cache.copy_state_slot(3, 1);
+  for (int64_t p = kPrefill + 2; p < kSeqLen; ++p)
+    run_step(*m.model, row_cache, {{&a, p, 1, 1}}, row_out);
+  Worst worst;
+  const Records full = full_prefill(m, a, worst);
+  expect_same(m, full, row_out, a.id, "snapshot restored, then decode", worst);
+}
+
 // ---- check_batch ----
 
 struct BatchArrays {
@@ -601,6 +658,20 @@ TEST(HybridModelTest, CheckBatchErrors) {
     BatchArrays arrays;
     arrays.batch.sequences[1].state_slot = 0;
     EXPECT_EQ(message(arrays), "batch: state slot 0 is used by two sequences");
+  }
+  {
+    BatchArrays arrays;
+    const std::vector<int32_t> two{2, 2}, three{2, 0, 1}, outside{3}, live{0};
+    arrays.batch.sequences[1].snapshot_slots = two;
+    EXPECT_EQ(message(arrays), "batch: 2 snapshot slots for a sequence of 2 tokens (at most 1)");
+    arrays.batch.sequences[1].snapshot_slots = {};
+    arrays.batch.sequences[0].snapshot_slots = three;
+    EXPECT_EQ(message(arrays), "batch: 3 snapshot slots for a sequence of 3 tokens (at most 2)");
+    arrays.batch.sequences[0].snapshot_slots = outside;
+    EXPECT_EQ(message(arrays),
+              "batch: snapshot slot 3 outside the cache's 3 recurrent-state slots");
+    arrays.batch.sequences[0].snapshot_slots = live;
+    EXPECT_EQ(message(arrays), "batch: state slot 0 is used twice (a snapshot slot)");
   }
   {
     BatchArrays arrays;

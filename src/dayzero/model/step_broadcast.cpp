@@ -16,7 +16,8 @@ namespace {
 // One message, as int64 numbers: kind, the cache (id, blocks, block size, state slots), the cache
 // edits since the last message (kind, from, to, rows each), then for a forward the batch: token
 // count, sequence count, logits row count, block size, the token ids, positions and slots, per
-// sequence (token_begin, num_tokens, pos_begin, state_slot, table length, table), the rows.
+// sequence (token_begin, num_tokens, pos_begin, state_slot, snapshot count, snapshot slots, table
+// length, table), the rows.
 enum StepKind : int64_t { kForward, kForwardMtp, kForwardMtpChain, kCache, kStop };
 
 // The model call of a forward kind (a chain's logits rows are all its tokens, in order).
@@ -85,6 +86,7 @@ struct Follower {
   std::vector<int32_t> token_ids, positions;
   std::vector<int64_t> slots, rows, groups;
   std::vector<std::vector<int32_t>> tables;
+  std::vector<std::vector<int32_t>> snapshots;
   std::vector<float> logits;
 
   // The cache rank 0 names, created (and the previous one dropped) when it names a new one.
@@ -273,7 +275,9 @@ void StepLeader::send(int64_t kind, const KvCache* cache, const ForwardBatch* ba
     for (const SequenceSlice& seq : batch->sequences) {
       message_.insert(message_.end(),
                       {seq.token_begin, seq.num_tokens, seq.pos_begin, seq.state_slot,
-                       static_cast<int64_t>(seq.block_table.size())});
+                       static_cast<int64_t>(seq.snapshot_slots.size())});
+      message_.insert(message_.end(), seq.snapshot_slots.begin(), seq.snapshot_slots.end());
+      message_.push_back(static_cast<int64_t>(seq.block_table.size()));
       message_.insert(message_.end(), seq.block_table.begin(), seq.block_table.end());
     }
     message_.insert(message_.end(), logits_rows.begin(), logits_rows.end());
@@ -387,14 +391,17 @@ void follow_steps(CausalLm& model, dist::Comm& comm, const ExecContext& ctx,
     in.read(f.positions, num_tokens);
     in.read(f.slots, num_tokens);
     f.tables.resize(static_cast<size_t>(num_seqs));
-    for (auto& table : f.tables) {
+    f.snapshots.resize(static_cast<size_t>(num_seqs));
+    for (size_t i = 0; i < f.tables.size(); ++i) {
       SequenceSlice seq;
       seq.token_begin = in.next();
       seq.num_tokens = in.next();
       seq.pos_begin = in.next();
       seq.state_slot = static_cast<int32_t>(in.next());
-      in.read(table, in.next());
-      seq.block_table = table;
+      in.read(f.snapshots[i], in.next());
+      seq.snapshot_slots = f.snapshots[i];
+      in.read(f.tables[i], in.next());
+      seq.block_table = f.tables[i];
       batch.sequences.push_back(seq);
     }
     in.read(f.rows, num_rows);

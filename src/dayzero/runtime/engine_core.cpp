@@ -93,6 +93,7 @@ struct BatchSpan {
   const Request* request = nullptr;
   int64_t begin = 0;
   int64_t num_tokens = 0;
+  std::span<const int32_t> snapshot_slots{};  // SequenceSlice::snapshot_slots
 };
 
 // The one place a ForwardBatch of requests is made, for the main model and the MTP head alike:
@@ -121,7 +122,8 @@ model::ForwardBatch make_batch(std::span<const BatchSpan> spans, int64_t block_s
                                                    .num_tokens = span.num_tokens,
                                                    .pos_begin = span.begin,
                                                    .block_table = r.cache.block_table,
-                                                   .state_slot = r.cache.state_slot});
+                                                   .state_slot = r.cache.state_slot,
+                                                   .snapshot_slots = span.snapshot_slots});
     t += span.num_tokens;
   }
   batch.token_ids = buffers.token_ids;
@@ -162,9 +164,12 @@ struct EngineCore::Impl {
   int64_t generation_tokens = 0;
   int64_t num_steps = 0;
 
-  // Speculative decoding: the first of the max_num_seqs state slots that keep each live slot's
-  // state while its drafts are verified (0: no recurrent layers or no speculation).
+  // Speculative decoding on a recurrent model: the first of the max_num_seqs · k state slots that
+  // keep, for each live slot, its state after each of a verified row's first k tokens (0: no
+  // recurrent layers or no speculation), and those slot ids of this step's rows.
   int32_t rollback_slot_base = 0;
+  int64_t num_speculative_tokens = 0;
+  std::vector<int32_t> snapshot_ids;
   int64_t spec_num_drafts = 0;
   int64_t spec_num_draft_tokens = 0;
   int64_t spec_num_accepted_tokens = 0;
@@ -174,11 +179,14 @@ struct EngineCore::Impl {
   // batch is larger than disable_by_batch_size: `drafting_this_step` says which).
   void propose_drafts(const EngineConfig& config);
   bool drafting_this_step = false;
-  int32_t rollback_slot(const Request& r) const {
-    return rollback_slot_base + r.cache.state_slot - 1;
+  // The slot holding the state of r's verified row after its last non-draft token and `accepted`
+  // drafts (accepted < the row's drafts).
+  int32_t rollback_slot(const Request& r, int64_t accepted) const {
+    return rollback_slot_base +
+           static_cast<int32_t>((r.cache.state_slot - 1) * num_speculative_tokens + accepted);
   }
-  // After a chunk's verification: commits the accepted drafts, or rolls the recurrent state back
-  // to the chunk's start when a draft was rejected (the accepted tokens run again next step).
+  // After a chunk's verification: commits the accepted drafts and, when a draft was rejected,
+  // restores the recurrent state kept after the last accepted one.
   void commit_drafts(const StepChunk& c);
   // Speculative method "mtp": the MTP head over the whole batch that just ran (its cache records
   // for every position, as the head needs its own history), then a greedy draft from the row of
@@ -224,9 +232,11 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CausalLm& model,
   const int64_t max_checkpoints = !recurrent                          ? 0
                                   : config.max_state_checkpoints >= 0 ? config.max_state_checkpoints
                                                                       : 2 * config.max_num_seqs;
-  // Speculation on a hybrid model keeps one more state per running request (rollback).
+  // Speculation on a hybrid model keeps k more states per running request (rollback).
   const int64_t num_rollback_slots =
-      recurrent && config.speculative.enabled() ? config.max_num_seqs : 0;
+      recurrent && config.speculative.enabled()
+          ? config.max_num_seqs * config.speculative.num_speculative_tokens()
+          : 0;
   const int64_t num_state_slots =
       recurrent ? 1 + config.max_num_seqs + max_checkpoints + num_rollback_slots : 0;
 
@@ -267,8 +277,11 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CausalLm& model,
   impl->vocab_size = vocab_size;
   impl->num_blocks = num_blocks;
   impl->reserve_blocks = reserve;
-  if (num_rollback_slots > 0)
+  if (num_rollback_slots > 0) {
     impl->rollback_slot_base = static_cast<int32_t>(1 + config.max_num_seqs + max_checkpoints);
+    impl->num_speculative_tokens = config.speculative.num_speculative_tokens();
+    impl->snapshot_ids.resize(static_cast<size_t>(num_rollback_slots));
+  }
   impl->spec_accepted_per_position.assign(
       static_cast<size_t>(config.speculative.enabled() ? config.speculative.num_speculative_tokens()
                                                        : 0),
@@ -574,10 +587,19 @@ std::vector<RequestOutput> EngineCore::step() {
     chunk.sampled = end - chunk.num_drafts == r.num_tokens();
     if (chunk.sampled)
       push_rows(m.logits_rows, first_token, chunk.begin, end - 1 - chunk.num_drafts, end);
-    // The recurrent state before the drafts, for a rollback.
-    if (chunk.num_drafts > 0 && m.rollback_slot_base > 0)
-      m.model->copy_state_slot(m.cache, r.cache.state_slot, m.rollback_slot(r));
-    spans.push_back({.request = &r, .begin = chunk.begin, .num_tokens = c.num_tokens});
+    // The recurrent states after the last non-draft token and each draft but the last, kept by
+    // the forward for a rollback (the ids live in snapshot_ids, a fixed run per live slot).
+    std::span<const int32_t> snapshots;
+    if (chunk.num_drafts > 0 && m.rollback_slot_base > 0) {
+      const auto first = static_cast<size_t>(m.rollback_slot(r, 0) - m.rollback_slot_base);
+      for (int64_t j = 0; j < chunk.num_drafts; ++j)
+        m.snapshot_ids[first + static_cast<size_t>(j)] = m.rollback_slot(r, j);
+      snapshots = std::span(m.snapshot_ids).subspan(first, static_cast<size_t>(chunk.num_drafts));
+    }
+    spans.push_back({.request = &r,
+                     .begin = chunk.begin,
+                     .num_tokens = c.num_tokens,
+                     .snapshot_slots = snapshots});
     chunks.push_back(std::move(chunk));
     first_token += c.num_tokens;
   }
@@ -731,10 +753,7 @@ void EngineCore::Impl::propose_drafts(const EngineConfig& config) {
   if (!drafting_this_step) return;
   const int64_t block_size = coordinator->block_size();
   for (Request* r : scheduler->running()) {
-    // Rows of output tokens only: a decode row, or the replay after a rollback (the accepted
-    // tokens and the one sampled after them, recomputed from the restored state: the drafts
-    // follow them, so a rejection costs no step without drafts). Not a prefill, not a scoring
-    // request.
+    // Decode rows only: not a prefill, not a scoring request.
     if (r->num_computed_tokens < r->num_prompt_tokens || r->return_prompt_logits ||
         r->return_mtp_logits ||
         r->num_output_tokens() < static_cast<int64_t>(r->forced_output_token_ids.size()))
@@ -778,13 +797,10 @@ void EngineCore::Impl::commit_drafts(const StepChunk& c) {
   spec_num_draft_tokens += c.num_drafts;
   spec_num_accepted_tokens += accepted;
   for (int64_t j = 0; j < accepted; ++j) ++spec_accepted_per_position[static_cast<size_t>(j)];
-  int64_t computed = first_draft + accepted;
-  if (rollback_slot_base > 0 && accepted < c.num_drafts) {
-    // The state has consumed rejected drafts: back to the chunk's start.
-    model->copy_state_slot(cache, rollback_slot(r), r.cache.state_slot);
-    computed = c.begin;
-  }
-  scheduler->commit_verified(r, computed);
+  // The state has consumed rejected drafts: back to the one after the last accepted token.
+  if (rollback_slot_base > 0 && accepted < c.num_drafts)
+    model->copy_state_slot(cache, rollback_slot(r, accepted), r.cache.state_slot);
+  scheduler->commit_verified(r, first_draft + accepted);
 }
 
 Status EngineCore::Impl::run_mtp_drafts(std::span<StepChunk> chunks, int64_t num_drafts) {
@@ -902,7 +918,8 @@ EngineMetrics EngineCore::metrics() const {
   m.spec_num_accepted_tokens = impl_->spec_num_accepted_tokens;
   m.spec_accepted_per_position = impl_->spec_accepted_per_position;
   if (impl_->rollback_slot_base > 0)
-    m.spec_rollback_bytes = config_.max_num_seqs * impl_->cache.state_bytes_per_slot();
+    m.spec_rollback_bytes =
+        static_cast<int64_t>(impl_->snapshot_ids.size()) * impl_->cache.state_bytes_per_slot();
   for (const Request* r : scheduler.running()) {
     m.live_tokens += r->num_computed_tokens;
     m.allocated_slots += static_cast<int64_t>(r->cache.block_table.size()) * config_.block_size;

@@ -40,6 +40,33 @@ int64_t buffer_floats(const KdaConfig& c, const KdaWeights& w, int64_t num_token
   return num_tokens * (6 * hd + low_rank_width(w) + c.num_heads);
 }
 
+// The conv rows each snapshot slot of `seq` holds after its token (ForwardBatch's snapshot_slots):
+// the last W−1 rows of [the slot's rows before the step; the slice's pre-conv rows up to that
+// token]. Runs before the conv replaces the slot's rows. hat: [3, T, H·d], BF16-valued.
+void snapshot_conv_rows(const SequenceSlice& seq, const float* hat, int64_t T,
+                        const KdaLayerState& state) {
+  const int64_t hd = state.layout.num_heads * state.layout.head_dim;
+  const int64_t rows = state.layout.conv_width - 1;
+  const uint16_t* before = state.conv_rows(seq.state_slot);
+  const auto num_snapshots = static_cast<int64_t>(seq.snapshot_slots.size());
+  for (int64_t j = 0; j < num_snapshots; ++j) {
+    const int64_t token = seq.num_tokens - 1 - num_snapshots + j;  // within the slice
+    uint16_t* out = state.conv_rows(seq.snapshot_slots[static_cast<size_t>(j)]);
+    for (int64_t m = 0; m < 3; ++m)
+      for (int64_t r = 0; r < rows; ++r) {
+        // Row r (oldest first) is row token + 1 + r of [before; slice].
+        const int64_t i = token + 1 + r;
+        uint16_t* dst = out + (m * rows + r) * hd;
+        if (i < rows) {
+          std::copy_n(before + (m * rows + i) * hd, hd, dst);
+          continue;
+        }
+        const float* src = hat + m * T * hd + (seq.token_begin + i - rows) * hd;
+        for (int64_t e = 0; e < hd; ++e) dst[e] = formats::encode_bf16(src[e]);
+      }
+  }
+}
+
 void check_linear(const kernels::LinearWeight& w, const char* name, int64_t out, int64_t in) {
   DZ_CHECK(w.out_features() == out && w.in_features() == in, "KDA {} is [{}, {}], want [{}, {}]",
            name, w.out_features(), w.in_features(), out, in);
@@ -158,6 +185,10 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
       std::fill_n(state.state(seq.state_slot), state.layout.state_floats(), 0.0f);
       std::fill_n(state.conv_rows(seq.state_slot), state.layout.conv_elems(), uint16_t{0});
     }
+    DZ_CHECK(static_cast<int64_t>(seq.snapshot_slots.size()) < seq.num_tokens,
+             "KDA layer {}: {} snapshots of a {}-token slice", layer_id, seq.snapshot_slots.size(),
+             seq.num_tokens);
+    if (!seq.snapshot_slots.empty()) snapshot_conv_rows(seq, hat, T, state);
     for (int m = 0; m < 3; ++m)
       kernels::short_conv_silu(ctx, hat + m * T * hd + seq.token_begin * hd, seq.num_tokens, hd,
                                conv_w[m], W, state.conv_rows(seq.state_slot) + m * (W - 1) * hd,
@@ -220,20 +251,31 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
   for (size_t i = 0; i < batch.sequences.size(); ++i) {
     const SequenceSlice& seq = batch.sequences[i];
     if (seq.num_tokens == 0 || runs_piece(batch, i)) continue;
-    const int64_t t0 = seq.token_begin;
-    const bool recurrent = c.path == KdaPath::kRecurrent ||
-                           (c.path == KdaPath::kAuto && seq.num_tokens <= kKdaRecurrentMaxTokens);
     float* s = state.state(seq.state_slot);
-    if (recurrent) {
-      kernels::kda_recurrent(ctx, dims, q + t0 * hd, k + t0 * hd, v + t0 * hd, g + t0 * hd,
-                             beta + t0 * H, seq.num_tokens, s, core + t0 * hd);
-      continue;
+    // Tokens [t0, t0 + n) from the slot's state: the recurrence for a few, chunks for more.
+    const auto run = [&](int64_t t0, int64_t n, int64_t pos) {
+      if (c.path == KdaPath::kRecurrent ||
+          (c.path == KdaPath::kAuto && n <= kKdaRecurrentMaxTokens)) {
+        kernels::kda_recurrent(ctx, dims, q + t0 * hd, k + t0 * hd, v + t0 * hd, g + t0 * hd,
+                               beta + t0 * H, n, s, core + t0 * hd);
+        return;
+      }
+      const size_t mark = scratch.mark();
+      kernels::kda_chunked(ctx, dims, q + t0 * hd, k + t0 * hd, v + t0 * hd, g + t0 * hd,
+                           beta + t0 * H, n, pos, c.chunk_size, s, core + t0 * hd, scratch);
+      scratch.release(mark);
+    };
+    // With snapshots: up to the first snapshot token, then token by token, keeping the state after
+    // each (the recurrence per token is a decode step's, so verified tokens match decode bit for
+    // bit).
+    const auto num_snapshots = static_cast<int64_t>(seq.snapshot_slots.size());
+    const int64_t head = seq.num_tokens - num_snapshots;
+    run(seq.token_begin, head, seq.pos_begin);
+    for (int64_t j = 0; j < num_snapshots; ++j) {
+      std::copy_n(s, state.layout.state_floats(),
+                  state.state(seq.snapshot_slots[static_cast<size_t>(j)]));
+      run(seq.token_begin + head + j, 1, seq.pos_begin + head + j);
     }
-    const size_t mark = scratch.mark();
-    kernels::kda_chunked(ctx, dims, q + t0 * hd, k + t0 * hd, v + t0 * hd, g + t0 * hd,
-                         beta + t0 * H, seq.num_tokens, seq.pos_begin, c.chunk_size, s,
-                         core + t0 * hd, scratch);
-    scratch.release(mark);
   }
   if (batch.context != nullptr)
     recur_pieces(ctx, batch, q, k, v, g, beta, state, core, scratch, layer_id);

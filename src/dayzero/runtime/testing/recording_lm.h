@@ -130,11 +130,24 @@ class RecordingLm : public model::CausalLm {
         return make_error(StatusCode::kInvalidArgument, "state slot {} without KDA layers",
                           seq.state_slot);
       }
+      const auto num_snapshots = static_cast<int64_t>(seq.snapshot_slots.size());
+      if (num_snapshots > 0 && (!hybrid_ || num_snapshots >= seq.num_tokens))
+        return make_error(StatusCode::kInvalidArgument, "{} snapshots of a {}-token slice",
+                          num_snapshots, seq.num_tokens);
       for (int64_t i = 0; i < seq.num_tokens; ++i) {
         const auto k = static_cast<size_t>(seq.token_begin + i);
         if (hybrid_) {
           st[0] = fold_token(st[0], batch.token_ids[k]);
           ++st[1];
+          // The state after this token, kept for a rollback (SequenceSlice::snapshot_slots).
+          const int64_t j = i - (seq.num_tokens - 1 - num_snapshots);
+          if (j >= 0 && j < num_snapshots) {
+            const model::KdaLayerState kda = cache.kda_layer(1);
+            const int32_t snapshot = seq.snapshot_slots[static_cast<size_t>(j)];
+            if (snapshot <= 0 || snapshot >= kda.num_slots || snapshot == seq.state_slot)
+              return make_error(StatusCode::kInvalidArgument, "snapshot slot {}", snapshot);
+            std::memcpy(kda.state(snapshot), st, sizeof(st));
+          }
         }
         if (out_index[k] < 0) continue;
         uint64_t kv = kHistorySeed;
