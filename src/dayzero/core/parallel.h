@@ -38,6 +38,22 @@ struct ExecContext {
 // The number of hardware threads OpenMP would use by default.
 int default_num_threads();
 
+// Work a second thread must get before parallel_for wakes it: a fork and join cost 3–8 µs on the
+// 2-vCPU machines (an empty region 2.7 µs; the first touch of the other core's activations on
+// top), more than small loops take: the demo model forked 40 times a decode step for a few µs of
+// work each (docs/performance.md, "Parallel regions of small operators"). In the kernels' own
+// units: FLOPs, or bytes of weights read.
+inline constexpr int64_t kMinParallelFlops = 1'000'000;
+inline constexpr int64_t kMinParallelBytes = 1 << 20;
+
+// The grain (items per range) for parallel_for that gives every range at least `min_work` when
+// each item does `work_per_item`: 1 for items heavy enough on their own; a loop whose whole work is
+// below min_work runs serially.
+inline int64_t grain_for_work(int64_t work_per_item, int64_t min_work) {
+  const int64_t per_item = work_per_item > 0 ? work_per_item : 1;
+  return (min_work + per_item - 1) / per_item > 1 ? (min_work + per_item - 1) / per_item : 1;
+}
+
 // Calls fn(begin, end) on disjoint ranges covering [0, num_items), each at least `grain_items`
 // long (the last may be shorter), spread over ctx.num_threads threads. Serial when one range fits.
 template <typename Fn>

@@ -40,19 +40,16 @@ const uint16_t* rounded_rows(const Bf16PanelWeight& weight, const float* x, int6
   return x_bf16.data();
 }
 
-// A second thread pays only for at least this many weight bytes passed over: waking it and joining
-// cost 3–4 us on the 2-core machines, what one thread takes for ~300 KiB of L2-resident weights at
-// one token ([256, 256]: 0.9 us on one thread, 4.2 on two; gemm_small_bf16_bench, Zen 5).
-constexpr int64_t kMinBytesPerThread = 256 << 10;
-
 // `rows(begin, end)` over the panels, one contiguous range per thread.
 template <typename Rows>
 void over_panels(const ExecContext& ctx, const Bf16PanelWeight& weight, const Rows& rows) {
   const int64_t num_panels = weight.padded_out / kPanelCols;
   const int64_t panel_bytes = weight.padded_in * kPanelCols * 2;
   const int64_t threads = std::max(ctx.num_threads, 1);
-  const int64_t grain = std::max(
-      {int64_t{1}, (num_panels + threads - 1) / threads, kMinBytesPerThread / panel_bytes});
+  // A second thread only for kMinParallelBytes of weights ([256, 256] at one token: 0.9 µs on one
+  // thread, 4.2 on two; gemm_small_bf16_bench, Zen 5).
+  const int64_t grain = std::max((num_panels + threads - 1) / threads,
+                                 grain_for_work(panel_bytes, kMinParallelBytes));
   parallel_for(ctx, num_panels, grain, rows);
 }
 
@@ -131,7 +128,7 @@ void gemm_small_bf16_dpbf16(const ExecContext& ctx, const Bf16PanelWeight& weigh
       ((per_item + detail::kDpbf16GroupTokens - 1) / detail::kDpbf16GroupTokens);
   const int64_t threads = std::max(ctx.num_threads, 1);
   const int64_t grain =
-      std::max({int64_t{1}, (num_items + threads - 1) / threads, kMinBytesPerThread / item_bytes});
+      std::max((num_items + threads - 1) / threads, grain_for_work(item_bytes, kMinParallelBytes));
   parallel_for(ctx, num_items, grain, [&](int64_t begin, int64_t end) {
     detail::gemm_small_bf16_dpbf16_items(weight, xp, num_tokens, per_item, begin, end, y);
   });
