@@ -39,6 +39,19 @@ constexpr int64_t kPrefetchCodes = 8192 / 2;
 // oneDNN's speed (gemm_small_bf16_bench, Zen 5). An even count, as each step takes two pairs.
 constexpr int64_t kChunkPairs = 128;
 
+// f(s, t, i) for every accumulator of kTokens tokens, unrolled, so that they stay in registers.
+template <int kTokens, typename F>
+inline void for_each_acc(const F& f) {
+  DZ_UNROLL(2)
+  for (int s = 0; s < kSets; ++s) {
+    DZ_UNROLL(3)
+    for (int t = 0; t < kTokens; ++t) {
+      DZ_UNROLL(4)
+      for (int i = 0; i < 4; ++i) f(s, t, i);
+    }
+  }
+}
+
 // Pairs [pair_begin, pair_end) of one panel for kTokens tokens. The accumulators come from `acc`
 // ([kSets][kTokens][4] vectors, FP32) unless `first` (zero), and go back there unless `last`, where
 // the two sets are added and y[t, c] for c < cols (≤ 64) stored. Saving and reloading FP32
@@ -50,16 +63,12 @@ void panel_tokens(const int32_t* x, const uint16_t* panel, int64_t pair_begin, i
                   int64_t y_stride) {
   // Every loop over the accumulators is unrolled, so that they live in registers.
   __m512 acc[kSets][kTokens][4];
-  DZ_UNROLL(2)
-  for (int s = 0; s < kSets; ++s) {
-    DZ_UNROLL(3)
-    for (int t = 0; t < kTokens; ++t) {
-      DZ_UNROLL(4)
-      for (int i = 0; i < 4; ++i)
-        acc[s][t][i] = first ? _mm512_setzero_ps()
-                             : _mm512_loadu_ps(acc_store + ((s * kTokens + t) * 4 + i) * 16);
-    }
-  }
+  const auto stored = [&](int s, int t, int i) {
+    return acc_store + ((s * kTokens + t) * 4 + i) * 16;
+  };
+  for_each_acc<kTokens>([&](int s, int t, int i) {
+    acc[s][t][i] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(stored(s, t, i));
+  });
   for (int64_t j = pair_begin; j < pair_end; j += kSets) {
     DZ_UNROLL(2)
     for (int s = 0; s < kSets; ++s) {
@@ -79,15 +88,8 @@ void panel_tokens(const int32_t* x, const uint16_t* panel, int64_t pair_begin, i
     }
   }
   if (!last) {
-    DZ_UNROLL(2)
-    for (int s = 0; s < kSets; ++s) {
-      DZ_UNROLL(3)
-      for (int t = 0; t < kTokens; ++t) {
-        DZ_UNROLL(4)
-        for (int i = 0; i < 4; ++i)
-          _mm512_storeu_ps(acc_store + ((s * kTokens + t) * 4 + i) * 16, acc[s][t][i]);
-      }
-    }
+    for_each_acc<kTokens>(
+        [&](int s, int t, int i) { _mm512_storeu_ps(stored(s, t, i), acc[s][t][i]); });
     return;
   }
   DZ_UNROLL(3)

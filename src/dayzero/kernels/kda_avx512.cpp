@@ -554,24 +554,23 @@ void kda_recurrent_avx512(const ExecContext& ctx, const KdaDims& dims, const flo
   const ChunkArgs args{q, k, v, g, beta, dims.num_heads, 1.0f / std::sqrt(static_cast<float>(d))};
   // Per head and token: decay, S'ᵀk, the rank-1 update and Sᵀq over d × d (≈ 8 d² FLOPs).
   const int64_t head_flops = num_tokens * 8 * d * d;
-  parallel_for(
-      ctx, dims.num_heads, grain_for_work(head_flops, kMinParallelFlops),
-      [&](int64_t h_begin, int64_t h_end) {
-        // Groups of kHeadGroup heads walk the tokens in blocks (see kHeadGroup).
-        for (int64_t hg = h_begin; hg < h_end; hg += kHeadGroup) {
-          const int64_t hg_end = std::min(hg + kHeadGroup, h_end);
-          for (int64_t t0 = 0; t0 < num_tokens; t0 += kTokenBlock) {
-            const int64_t t1 = std::min(t0 + kTokenBlock, num_tokens);
-            for (int64_t h = hg; h < hg_end; ++h) {
-              if (d == 128) {
-                recurrent_head_avx512<8>(args, t0, t1, num_tokens, h, state + h * d * d, out);
-              } else {
-                recurrent_head_avx512<4>(args, t0, t1, num_tokens, h, state + h * d * d, out);
-              }
-            }
+  const int64_t grain = grain_for_work(head_flops, kMinParallelFlops);
+  parallel_for(ctx, dims.num_heads, grain, [&](int64_t h_begin, int64_t h_end) {
+    // Groups of kHeadGroup heads walk the tokens in blocks (see kHeadGroup).
+    for (int64_t hg = h_begin; hg < h_end; hg += kHeadGroup) {
+      const int64_t hg_end = std::min(hg + kHeadGroup, h_end);
+      for (int64_t t0 = 0; t0 < num_tokens; t0 += kTokenBlock) {
+        const int64_t t1 = std::min(t0 + kTokenBlock, num_tokens);
+        for (int64_t h = hg; h < hg_end; ++h) {
+          if (d == 128) {
+            recurrent_head_avx512<8>(args, t0, t1, num_tokens, h, state + h * d * d, out);
+          } else {
+            recurrent_head_avx512<4>(args, t0, t1, num_tokens, h, state + h * d * d, out);
           }
         }
-      });
+      }
+    }
+  });
 }
 
 void kda_chunked_avx512(const ExecContext& ctx, const KdaDims& dims, const float* q, const float* k,

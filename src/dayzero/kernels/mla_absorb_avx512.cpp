@@ -122,45 +122,44 @@ void mla_absorb_q_avx512(const ExecContext& ctx, const MlaAbsorbDims& dims, cons
   const int64_t H = dims.num_heads, d_n = dims.nope_dim, r_kv = dims.latent_dim;
   const int64_t num_blocks = (num_tokens + kMlaAbsorbTokenBlock - 1) / kMlaAbsorbTokenBlock;
   const int64_t item_flops = std::min(num_tokens, kMlaAbsorbTokenBlock) * 2 * d_n * r_kv;
-  parallel_for(ctx, H * num_blocks, grain_for_work(item_flops, kMinParallelFlops),
-               [&](int64_t begin, int64_t end) {
-                 for (int64_t item = begin; item < end; ++item) {
-                   const int64_t h = item / num_blocks,
-                                 i0 = item % num_blocks * kMlaAbsorbTokenBlock;
-                   const int64_t i1 = std::min(i0 + kMlaAbsorbTokenBlock, num_tokens);
-                   const float* w = args.w_uk + h * d_n * r_kv;
-                   for (int64_t j0 = 0; j0 < r_kv; j0 += 64) {
-                     for_token_tiles(i0, i1, kQTokens, [&](int64_t i, int nt) {
-                       const float* q[kQTokens];
-                       float* dst[kQTokens];
-                       for (int t = 0; t < nt; ++t) {
-                         q[t] = args.q_nope + (i + t) * args.token_stride + h * args.head_stride;
-                         dst[t] = args.q_abs + ((i + t) * H + h) * r_kv + j0;
-                       }
-                       switch (nt) {
-                         case 6:
-                           absorb_tile<6>(q, w + j0, d_n, r_kv, dst);
-                           break;
-                         case 5:
-                           absorb_tile<5>(q, w + j0, d_n, r_kv, dst);
-                           break;
-                         case 4:
-                           absorb_tile<4>(q, w + j0, d_n, r_kv, dst);
-                           break;
-                         case 3:
-                           absorb_tile<3>(q, w + j0, d_n, r_kv, dst);
-                           break;
-                         case 2:
-                           absorb_tile<2>(q, w + j0, d_n, r_kv, dst);
-                           break;
-                         default:
-                           absorb_tile<1>(q, w + j0, d_n, r_kv, dst);
-                           break;
-                       }
-                     });
-                   }
-                 }
-               });
+  const int64_t grain = grain_for_work(item_flops, kMinParallelFlops);
+  parallel_for(ctx, H * num_blocks, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t h = item / num_blocks, i0 = item % num_blocks * kMlaAbsorbTokenBlock;
+      const int64_t i1 = std::min(i0 + kMlaAbsorbTokenBlock, num_tokens);
+      const float* w = args.w_uk + h * d_n * r_kv;
+      for (int64_t j0 = 0; j0 < r_kv; j0 += 64) {
+        for_token_tiles(i0, i1, kQTokens, [&](int64_t i, int nt) {
+          const float* q[kQTokens];
+          float* dst[kQTokens];
+          for (int t = 0; t < nt; ++t) {
+            q[t] = args.q_nope + (i + t) * args.token_stride + h * args.head_stride;
+            dst[t] = args.q_abs + ((i + t) * H + h) * r_kv + j0;
+          }
+          switch (nt) {
+            case 6:
+              absorb_tile<6>(q, w + j0, d_n, r_kv, dst);
+              break;
+            case 5:
+              absorb_tile<5>(q, w + j0, d_n, r_kv, dst);
+              break;
+            case 4:
+              absorb_tile<4>(q, w + j0, d_n, r_kv, dst);
+              break;
+            case 3:
+              absorb_tile<3>(q, w + j0, d_n, r_kv, dst);
+              break;
+            case 2:
+              absorb_tile<2>(q, w + j0, d_n, r_kv, dst);
+              break;
+            default:
+              absorb_tile<1>(q, w + j0, d_n, r_kv, dst);
+              break;
+          }
+        });
+      }
+    }
+  });
 }
 
 void mla_expand_o_avx512(const ExecContext& ctx, const MlaAbsorbDims& dims, const MlaExpandO& args,
@@ -170,39 +169,38 @@ void mla_expand_o_avx512(const ExecContext& ctx, const MlaAbsorbDims& dims, cons
   const int64_t H = dims.num_heads, d_v = dims.v_dim, r_kv = dims.latent_dim;
   const int64_t num_blocks = (num_tokens + kMlaAbsorbTokenBlock - 1) / kMlaAbsorbTokenBlock;
   const int64_t item_flops = std::min(num_tokens, kMlaAbsorbTokenBlock) * 2 * d_v * r_kv;
-  parallel_for(ctx, H * num_blocks, grain_for_work(item_flops, kMinParallelFlops),
-               [&](int64_t begin, int64_t end) {
-                 for (int64_t item = begin; item < end; ++item) {
-                   const int64_t h = item / num_blocks,
-                                 i0 = item % num_blocks * kMlaAbsorbTokenBlock;
-                   const int64_t i1 = std::min(i0 + kMlaAbsorbTokenBlock, num_tokens);
-                   for (int64_t k0 = 0; k0 < d_v; k0 += kORows) {
-                     const float* w = args.w_uv + (h * d_v + k0) * r_kv;
-                     for_token_tiles(i0, i1, kOTokens, [&](int64_t i, int nt) {
-                       const float* lat[kOTokens];
-                       float* dst[kOTokens];
-                       for (int t = 0; t < nt; ++t) {
-                         lat[t] = args.o_lat + ((i + t) * H + h) * r_kv;
-                         dst[t] = args.o + ((i + t) * H + h) * d_v + k0;
-                       }
-                       switch (nt) {
-                         case 4:
-                           expand_tile<4>(w, r_kv, lat, dst);
-                           break;
-                         case 3:
-                           expand_tile<3>(w, r_kv, lat, dst);
-                           break;
-                         case 2:
-                           expand_tile<2>(w, r_kv, lat, dst);
-                           break;
-                         default:
-                           expand_tile<1>(w, r_kv, lat, dst);
-                           break;
-                       }
-                     });
-                   }
-                 }
-               });
+  const int64_t grain = grain_for_work(item_flops, kMinParallelFlops);
+  parallel_for(ctx, H * num_blocks, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t h = item / num_blocks, i0 = item % num_blocks * kMlaAbsorbTokenBlock;
+      const int64_t i1 = std::min(i0 + kMlaAbsorbTokenBlock, num_tokens);
+      for (int64_t k0 = 0; k0 < d_v; k0 += kORows) {
+        const float* w = args.w_uv + (h * d_v + k0) * r_kv;
+        for_token_tiles(i0, i1, kOTokens, [&](int64_t i, int nt) {
+          const float* lat[kOTokens];
+          float* dst[kOTokens];
+          for (int t = 0; t < nt; ++t) {
+            lat[t] = args.o_lat + ((i + t) * H + h) * r_kv;
+            dst[t] = args.o + ((i + t) * H + h) * d_v + k0;
+          }
+          switch (nt) {
+            case 4:
+              expand_tile<4>(w, r_kv, lat, dst);
+              break;
+            case 3:
+              expand_tile<3>(w, r_kv, lat, dst);
+              break;
+            case 2:
+              expand_tile<2>(w, r_kv, lat, dst);
+              break;
+            default:
+              expand_tile<1>(w, r_kv, lat, dst);
+              break;
+          }
+        });
+      }
+    }
+  });
 }
 
 }  // namespace dz::kernels

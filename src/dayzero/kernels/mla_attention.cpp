@@ -210,41 +210,40 @@ void mla_attention_absorbed(const ExecContext& ctx, const MlaCacheView& cache,
   int64_t total_entries = 0;
   for (int64_t i = 0; i < num_queries; ++i) total_entries += detail::mla_num_key_entries(keys, i);
   const int64_t item_flops = total_entries * num_heads * width * 4 / (num_queries * max_splits);
-  parallel_for(ctx, num_queries * max_splits, grain_for_work(item_flops, kMinParallelFlops),
-               [&](int64_t begin, int64_t end) {
-                 // Per-thread scratch: the kernels are not called from inside another parallel
-                 // region.
-                 const int64_t thread = omp_in_parallel() ? omp_get_thread_num() : 0;
-                 DZ_DCHECK(thread < num_threads, "thread {} of {}", thread, num_threads);
-                 float* q_cat = q_cat_all + thread * num_heads * width;
-                 const std::span<std::byte> split_scratch(
-                     split_scratch_all + thread * split_scratch_bytes, split_scratch_bytes);
-                 for (int64_t item = begin; item < end; ++item) {
-                   const int64_t i = item / max_splits, split = item % max_splits;
-                   const int64_t splits = num_splits(i);
-                   if (split >= splits) continue;
-                   const int64_t num_entries = detail::mla_num_key_entries(keys, i);
-                   for (int64_t h = 0; h < num_heads;
-                        ++h) {  // q_cat [H, r_kv + d_r] = [q_abs ; q_pe]
-                     std::copy_n(args.q_abs + (i * num_heads + h) * r_kv, r_kv, q_cat + h * width);
-                     std::copy_n(args.q_pe + i * args.q_pe_token_stride + h * args.q_pe_head_stride,
-                                 d_r, q_cat + h * width + r_kv);
-                   }
-                   float* acc = partials + item * partial_elems;
-                   kernel.run({.cache = &cache,
-                               .keys = &keys,
-                               .query = i,
-                               .entry_begin = split * num_entries / splits,
-                               .entry_end = (split + 1) * num_entries / splits,
-                               .num_heads = num_heads,
-                               .softmax_scale = args.softmax_scale,
-                               .q_cat = q_cat,
-                               .acc = acc,
-                               .m = acc + num_heads * r_kv,
-                               .l = acc + num_heads * r_kv + num_heads},
-                              split_scratch);
-                 }
-               });
+  const int64_t grain = grain_for_work(item_flops, kMinParallelFlops);
+  parallel_for(ctx, num_queries * max_splits, grain, [&](int64_t begin, int64_t end) {
+    // Per-thread scratch: the kernels are not called from inside another parallel
+    // region.
+    const int64_t thread = omp_in_parallel() ? omp_get_thread_num() : 0;
+    DZ_DCHECK(thread < num_threads, "thread {} of {}", thread, num_threads);
+    float* q_cat = q_cat_all + thread * num_heads * width;
+    const std::span<std::byte> split_scratch(split_scratch_all + thread * split_scratch_bytes,
+                                             split_scratch_bytes);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t i = item / max_splits, split = item % max_splits;
+      const int64_t splits = num_splits(i);
+      if (split >= splits) continue;
+      const int64_t num_entries = detail::mla_num_key_entries(keys, i);
+      for (int64_t h = 0; h < num_heads; ++h) {  // q_cat [H, r_kv + d_r] = [q_abs ; q_pe]
+        std::copy_n(args.q_abs + (i * num_heads + h) * r_kv, r_kv, q_cat + h * width);
+        std::copy_n(args.q_pe + i * args.q_pe_token_stride + h * args.q_pe_head_stride, d_r,
+                    q_cat + h * width + r_kv);
+      }
+      float* acc = partials + item * partial_elems;
+      kernel.run({.cache = &cache,
+                  .keys = &keys,
+                  .query = i,
+                  .entry_begin = split * num_entries / splits,
+                  .entry_end = (split + 1) * num_entries / splits,
+                  .num_heads = num_heads,
+                  .softmax_scale = args.softmax_scale,
+                  .q_cat = q_cat,
+                  .acc = acc,
+                  .m = acc + num_heads * r_kv,
+                  .l = acc + num_heads * r_kv + num_heads},
+                 split_scratch);
+    }
+  });
 
   // Merge the splits of each query: o = Σ_s acc_s·e^(m_s − M) / Σ_s l_s·e^(m_s − M).
   parallel_for(ctx, num_queries * num_heads, 16, [&](int64_t begin, int64_t end) {

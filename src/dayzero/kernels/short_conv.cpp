@@ -36,45 +36,44 @@ void short_conv_silu(const ExecContext& ctx, const float* x, int64_t num_tokens,
   const int64_t hist_rows = width - 1;
   // Per block: width multiply-adds and a SiLU (≈ 10 FLOPs) per channel and token.
   const int64_t block_flops = num_tokens * kBlock * (2 * width + 10);
-  parallel_for(
-      ctx, num_blocks, grain_for_work(block_flops, kMinParallelFlops),
-      [&](int64_t blk_begin, int64_t blk_end) {
-        float hist[kMaxShortConvWidth][kBlock];  // rows 0 … width−2: the window before token t
-        float taps[kMaxShortConvWidth][kBlock];  // w transposed to [width, block]
-        for (int64_t blk = blk_begin; blk < blk_end; ++blk) {
-          const int64_t c0 = blk * kBlock;
-          const int64_t nc = std::min(kBlock, channels - c0);
-          for (int64_t j = 0; j < width; ++j) {
-            for (int64_t c = 0; c < nc; ++c) taps[j][c] = w[(c0 + c) * width + j];
-          }
-          for (int64_t j = 0; j < hist_rows; ++j) {
-            for (int64_t c = 0; c < nc; ++c) {
-              hist[j][c] = formats::decode_bf16(conv_state[j * channels + c0 + c]);
-            }
-          }
-          for (int64_t t = 0; t < num_tokens; ++t) {
-            const float* xt = x + t * channels + c0;
-            float* yt = y + t * channels + c0;
-            for (int64_t c = 0; c < nc; ++c) {
-              float acc = 0;
-              for (int64_t j = 0; j < hist_rows; ++j) acc += taps[j][c] * hist[j][c];
-              acc += taps[width - 1][c] * xt[c];
-              yt[c] = acc / (1.0f + std::exp(-acc));
-            }
-            for (int64_t j = 0; j + 1 < hist_rows; ++j) {
-              for (int64_t c = 0; c < nc; ++c) hist[j][c] = hist[j + 1][c];
-            }
-            if (hist_rows > 0) {
-              for (int64_t c = 0; c < nc; ++c) hist[hist_rows - 1][c] = xt[c];
-            }
-          }
-          for (int64_t j = 0; j < hist_rows; ++j) {
-            for (int64_t c = 0; c < nc; ++c) {
-              conv_state[j * channels + c0 + c] = formats::encode_bf16(hist[j][c]);
-            }
-          }
+  const int64_t grain = grain_for_work(block_flops, kMinParallelFlops);
+  parallel_for(ctx, num_blocks, grain, [&](int64_t blk_begin, int64_t blk_end) {
+    float hist[kMaxShortConvWidth][kBlock];  // rows 0 … width−2: the window before token t
+    float taps[kMaxShortConvWidth][kBlock];  // w transposed to [width, block]
+    for (int64_t blk = blk_begin; blk < blk_end; ++blk) {
+      const int64_t c0 = blk * kBlock;
+      const int64_t nc = std::min(kBlock, channels - c0);
+      for (int64_t j = 0; j < width; ++j) {
+        for (int64_t c = 0; c < nc; ++c) taps[j][c] = w[(c0 + c) * width + j];
+      }
+      for (int64_t j = 0; j < hist_rows; ++j) {
+        for (int64_t c = 0; c < nc; ++c) {
+          hist[j][c] = formats::decode_bf16(conv_state[j * channels + c0 + c]);
         }
-      });
+      }
+      for (int64_t t = 0; t < num_tokens; ++t) {
+        const float* xt = x + t * channels + c0;
+        float* yt = y + t * channels + c0;
+        for (int64_t c = 0; c < nc; ++c) {
+          float acc = 0;
+          for (int64_t j = 0; j < hist_rows; ++j) acc += taps[j][c] * hist[j][c];
+          acc += taps[width - 1][c] * xt[c];
+          yt[c] = acc / (1.0f + std::exp(-acc));
+        }
+        for (int64_t j = 0; j + 1 < hist_rows; ++j) {
+          for (int64_t c = 0; c < nc; ++c) hist[j][c] = hist[j + 1][c];
+        }
+        if (hist_rows > 0) {
+          for (int64_t c = 0; c < nc; ++c) hist[hist_rows - 1][c] = xt[c];
+        }
+      }
+      for (int64_t j = 0; j < hist_rows; ++j) {
+        for (int64_t c = 0; c < nc; ++c) {
+          conv_state[j * channels + c0 + c] = formats::encode_bf16(hist[j][c]);
+        }
+      }
+    }
+  });
 }
 
 void short_conv_silu_ref(const ExecContext& ctx, const float* x, int64_t num_tokens,

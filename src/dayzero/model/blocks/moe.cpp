@@ -468,21 +468,20 @@ void MoeBlock::run_routed(const ExecContext& ctx, const float* rows, int64_t num
                                                     : first_few->gate_proj.stored_bytes() +
                                                           first_few->up_proj.stored_bytes() +
                                                           first_few->down_proj.stored_bytes();
-  parallel_for(
-      ctx, static_cast<int64_t>(few.size()), grain_for_work(expert_bytes, kMinParallelBytes),
-      [&](int64_t begin, int64_t end) {
-        // Per-thread buffers for kFewTokensPerExpert rows (thread_local: one set per worker).
-        thread_local std::vector<float> buffers;
-        const int64_t n = kFewTokensPerExpert;
-        buffers.resize(static_cast<size_t>(n * (r + std::max(d, r) + 2 * max_intermediate_)));
-        float* in_rows = buffers.data();
-        float* out_rows = in_rows + n * r;
-        float* gate_rows = out_rows + n * std::max(d, r);
-        float* up_rows = gate_rows + n * max_intermediate_;
-        for (int64_t i = begin; i < end; ++i)
-          run_expert(ExecContext{.num_threads = 1}, few[static_cast<size_t>(i)], in_rows, out_rows,
-                     gate_rows, up_rows);
-      });
+  const int64_t grain = grain_for_work(expert_bytes, kMinParallelBytes);
+  parallel_for(ctx, static_cast<int64_t>(few.size()), grain, [&](int64_t begin, int64_t end) {
+    // Per-thread buffers for kFewTokensPerExpert rows (thread_local: one set per worker).
+    thread_local std::vector<float> buffers;
+    const int64_t n = kFewTokensPerExpert;
+    buffers.resize(static_cast<size_t>(n * (r + std::max(d, r) + 2 * max_intermediate_)));
+    float* in_rows = buffers.data();
+    float* out_rows = in_rows + n * r;
+    float* gate_rows = out_rows + n * std::max(d, r);
+    float* up_rows = gate_rows + n * max_intermediate_;
+    for (int64_t i = begin; i < end; ++i)
+      run_expert(ExecContext{.num_threads = 1}, few[static_cast<size_t>(i)], in_rows, out_rows,
+                 gate_rows, up_rows);
+  });
   // Each row's slots summed in expert order: the order of one expert after another, whichever
   // thread ran which expert.
   parallel_for(ctx, num_rows, 8, [&](int64_t row_first, int64_t row_end) {
