@@ -50,8 +50,8 @@ inline constexpr int64_t kMinParallelBytes = 1 << 20;
 // each item does `work_per_item`: 1 for items heavy enough on their own; a loop whose whole work is
 // below min_work runs serially.
 inline int64_t grain_for_work(int64_t work_per_item, int64_t min_work) {
-  const int64_t per_item = work_per_item > 0 ? work_per_item : 1;
-  return (min_work + per_item - 1) / per_item > 1 ? (min_work + per_item - 1) / per_item : 1;
+  const int64_t per_item = std::max<int64_t>(work_per_item, 1);
+  return std::max<int64_t>((min_work + per_item - 1) / per_item, 1);
 }
 
 // Calls fn(begin, end) on disjoint ranges covering [0, num_items), each at least `grain_items`

@@ -29,30 +29,6 @@ namespace {
 constexpr int64_t kPanelCols = 64;
 constexpr int64_t kBlockDepth = 32;
 
-// x as BF16 codes [padded_tokens, padded_in], zero-padded (whole K blocks; whole 16-row A tiles
-// for AMX). Per thread, reused across calls.
-const uint16_t* rounded_rows(const Bf16PanelWeight& weight, const float* x, int64_t num_tokens,
-                             int64_t padded_tokens) {
-  thread_local std::vector<uint16_t> x_bf16;
-  x_bf16.resize(static_cast<size_t>(padded_tokens * weight.padded_in));
-  detail::round_rows_to_bf16_avx512(x, num_tokens, weight.in_features, weight.padded_in,
-                                    padded_tokens, x_bf16.data());
-  return x_bf16.data();
-}
-
-// `rows(begin, end)` over the panels, one contiguous range per thread.
-template <typename Rows>
-void over_panels(const ExecContext& ctx, const Bf16PanelWeight& weight, const Rows& rows) {
-  const int64_t num_panels = weight.padded_out / kPanelCols;
-  const int64_t panel_bytes = weight.padded_in * kPanelCols * 2;
-  const int64_t threads = std::max(ctx.num_threads, 1);
-  // A second thread only for kMinParallelBytes of weights ([256, 256] at one token: 0.9 µs on one
-  // thread, 4.2 on two; gemm_small_bf16_bench, Zen 5).
-  const int64_t grain = std::max((num_panels + threads - 1) / threads,
-                                 grain_for_work(panel_bytes, kMinParallelBytes));
-  parallel_for(ctx, num_panels, grain, rows);
-}
-
 }  // namespace
 
 bool gemm_small_bf16_amx_available() {
@@ -107,9 +83,21 @@ void gemm_small_bf16_amx(const ExecContext& ctx, const Bf16PanelWeight& weight, 
                          int64_t num_tokens, float* y) {
   DZ_CHECK(num_tokens >= 1 && num_tokens <= kGemmSmallBf16AmxMaxTokens,
            "gemm_small_bf16_amx: {} tokens, at most {}", num_tokens, kGemmSmallBf16AmxMaxTokens);
+  // x as BF16 codes [padded_tokens, padded_in], zero-padded: whole 16-row A tiles, whole K blocks.
   const int64_t padded_tokens = (num_tokens + 15) / 16 * 16;
-  const uint16_t* xb = rounded_rows(weight, x, num_tokens, padded_tokens);
-  over_panels(ctx, weight, [&](int64_t begin, int64_t end) {
+  thread_local std::vector<uint16_t> x_bf16;
+  x_bf16.resize(static_cast<size_t>(padded_tokens * weight.padded_in));
+  detail::round_rows_to_bf16_avx512(x, num_tokens, weight.in_features, weight.padded_in,
+                                    padded_tokens, x_bf16.data());
+  const uint16_t* xb = x_bf16.data();
+  // One contiguous range of panels per thread; a second thread only for kMinParallelBytes of
+  // weights ([256, 256] at one token: 0.9 µs on one thread, 4.2 on two; gemm_small_bf16_bench).
+  const int64_t num_panels = weight.padded_out / kPanelCols;
+  const int64_t threads = std::max(ctx.num_threads, 1);
+  const int64_t grain =
+      std::max((num_panels + threads - 1) / threads,
+               grain_for_work(weight.padded_in * kPanelCols * 2, kMinParallelBytes));
+  parallel_for(ctx, num_panels, grain, [&](int64_t begin, int64_t end) {
     detail::gemm_small_bf16_amx_rows(weight, xb, padded_tokens, num_tokens, begin, end, y);
   });
 }

@@ -212,8 +212,7 @@ void mla_attention_absorbed(const ExecContext& ctx, const MlaCacheView& cache,
   const int64_t item_flops = total_entries * num_heads * width * 4 / (num_queries * max_splits);
   const int64_t grain = grain_for_work(item_flops, kMinParallelFlops);
   parallel_for(ctx, num_queries * max_splits, grain, [&](int64_t begin, int64_t end) {
-    // Per-thread scratch: the kernels are not called from inside another parallel
-    // region.
+    // Per-thread scratch: the kernels are not called from inside another parallel region.
     const int64_t thread = omp_in_parallel() ? omp_get_thread_num() : 0;
     DZ_DCHECK(thread < num_threads, "thread {} of {}", thread, num_threads);
     float* q_cat = q_cat_all + thread * num_heads * width;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <utility>
@@ -166,7 +167,8 @@ struct EngineCore::Impl {
 
   // Speculative decoding on a recurrent model: the first of the max_num_seqs · k state slots that
   // keep, for each live slot, its state after each of a verified row's first k tokens (0: no
-  // recurrent layers or no speculation), and those slot ids of this step's rows.
+  // recurrent layers or no speculation), and their ids in order (live slot s owns the run of k
+  // from (s − 1) · k), which a row's SequenceSlice::snapshot_slots views.
   int32_t rollback_slot_base = 0;
   int64_t num_speculative_tokens = 0;
   std::vector<int32_t> snapshot_ids;
@@ -281,6 +283,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CausalLm& model,
     impl->rollback_slot_base = static_cast<int32_t>(1 + config.max_num_seqs + max_checkpoints);
     impl->num_speculative_tokens = config.speculative.num_speculative_tokens();
     impl->snapshot_ids.resize(static_cast<size_t>(num_rollback_slots));
+    std::iota(impl->snapshot_ids.begin(), impl->snapshot_ids.end(), impl->rollback_slot_base);
   }
   impl->spec_accepted_per_position.assign(
       static_cast<size_t>(config.speculative.enabled() ? config.speculative.num_speculative_tokens()
@@ -588,14 +591,12 @@ std::vector<RequestOutput> EngineCore::step() {
     if (chunk.sampled)
       push_rows(m.logits_rows, first_token, chunk.begin, end - 1 - chunk.num_drafts, end);
     // The recurrent states after the last non-draft token and each draft but the last, kept by
-    // the forward for a rollback (the ids live in snapshot_ids, a fixed run per live slot).
+    // the forward for a rollback.
     std::span<const int32_t> snapshots;
-    if (chunk.num_drafts > 0 && m.rollback_slot_base > 0) {
-      const auto first = static_cast<size_t>(m.rollback_slot(r, 0) - m.rollback_slot_base);
-      for (int64_t j = 0; j < chunk.num_drafts; ++j)
-        m.snapshot_ids[first + static_cast<size_t>(j)] = m.rollback_slot(r, j);
-      snapshots = std::span(m.snapshot_ids).subspan(first, static_cast<size_t>(chunk.num_drafts));
-    }
+    if (chunk.num_drafts > 0 && m.rollback_slot_base > 0)
+      snapshots = std::span(m.snapshot_ids)
+                      .subspan(static_cast<size_t>(m.rollback_slot(r, 0) - m.rollback_slot_base),
+                               static_cast<size_t>(chunk.num_drafts));
     spans.push_back({.request = &r,
                      .begin = chunk.begin,
                      .num_tokens = c.num_tokens,

@@ -462,12 +462,12 @@ void MoeBlock::run_routed(const ExecContext& ctx, const float* rows, int64_t num
       run_expert(ctx, e, gathered, expert_out, gate, up);
   }
   // Experts of a layer are alike: the first one's weight bytes stand for each.
-  const MlpWeights* first_few =
-      few.empty() ? nullptr : &weights_.experts[static_cast<size_t>(few.front())];
-  const int64_t expert_bytes = first_few == nullptr ? 0
-                                                    : first_few->gate_proj.stored_bytes() +
-                                                          first_few->up_proj.stored_bytes() +
-                                                          first_few->down_proj.stored_bytes();
+  int64_t expert_bytes = 0;
+  if (!few.empty()) {
+    const MlpWeights& first = weights_.experts[static_cast<size_t>(few.front())];
+    expert_bytes = first.gate_proj.stored_bytes() + first.up_proj.stored_bytes() +
+                   first.down_proj.stored_bytes();
+  }
   const int64_t grain = grain_for_work(expert_bytes, kMinParallelBytes);
   parallel_for(ctx, static_cast<int64_t>(few.size()), grain, [&](int64_t begin, int64_t end) {
     // Per-thread buffers for kFewTokensPerExpert rows (thread_local: one set per worker).
