@@ -27,9 +27,12 @@ from server_support import (SERVE_CP, SERVE_EP, SERVE_RANKS, ServerProcess, metr
                             sse_events)
 
 NPM_DIR = os.path.join(SOURCE_DIR, "tests", "npm")
-ENGINE_FLAGS = ("--max-model-len", 256, "--block-size", 16, "--num-blocks", 129,
+MAX_MODEL_LEN = 4096
+ENGINE_FLAGS = ("--max-model-len", MAX_MODEL_LEN, "--block-size", 16, "--num-blocks", 513,
                 "--max-num-batched-tokens", 256)
-LONG = 200  # max_tokens of the requests that must still be running when the client leaves
+# max_tokens of the requests that must still be running when the client leaves or the next request
+# arrives: ~1 s of decoding on a tiny model (200 tokens took 60 ms and raced the test's polling).
+LONG = 4000
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}]
 
 
@@ -156,7 +159,7 @@ class ServerTest(unittest.TestCase):
         status, _, tok = self.a.post_json("/tokenize", {"model": self.model, "prompt": "hello world"})
         self.assertEqual(status, 200, tok)
         self.assertEqual(tok["count"], len(tok["tokens"]))
-        self.assertEqual(tok["max_model_len"], 256)
+        self.assertEqual(tok["max_model_len"], MAX_MODEL_LEN)
         status, _, detok = self.a.post_json("/detokenize", {"model": self.model,
                                                              "tokens": tok["tokens"]})
         self.assertEqual((status, detok), (200, {"prompt": "hello world"}))
@@ -169,7 +172,7 @@ class ServerTest(unittest.TestCase):
         self.assertEqual(status, 200)
         data = json.loads(body)["data"]
         self.assertEqual(data[0]["id"], self.model)
-        self.assertEqual(data[0]["max_model_len"], 256)
+        self.assertEqual(data[0]["max_model_len"], MAX_MODEL_LEN)
         self.assertEqual(self.a.request("GET", "/health")[:1], (200,))
 
     # ---------------------------------------------------------------- openai npm client
@@ -314,7 +317,8 @@ class ServerTest(unittest.TestCase):
         self.assert_error(s, b, 404, code="model_not_found", param="model")
         s, _, b = post("/v1/completions", {"model": self.model, "prompt": "x", "max_tokens": 10**6})
         self.assert_error(s, b, 400, code="context_length_exceeded")
-        s, _, b = post("/v1/completions", {"model": self.model, "prompt": "word " * 400})
+        s, _, b = post("/v1/completions",
+                       {"model": self.model, "prompt": "word " * (MAX_MODEL_LEN + 100)})
         self.assert_error(s, b, 400, code="context_length_exceeded")
         s, _, b = post("/v1/chat/completions", {"model": self.model,
                                                 "messages": [{"role": "user", "content": "x"}] * 1100})
