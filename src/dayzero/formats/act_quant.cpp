@@ -32,28 +32,25 @@ void act_quant(std::span<const uint16_t> x_bf16, ActScaleFormat format, std::spa
   DZ_CHECK(codes.size() == x_bf16.size() && scales.size() == x_bf16.size() / kActQuantGroupElems,
            "codes {} / scales {} for {} values", codes.size(), scales.size(), x_bf16.size());
   for (size_t group = 0; group < scales.size(); ++group) {
-    const size_t begin = group * kActQuantGroupElems;
-    float amax = 0.0f;
-    bool finite = true;
-    for (size_t i = begin; i < begin + kActQuantGroupElems; ++i) {
-      const float v = decode_bf16(x_bf16[i]);
-      finite = finite && std::isfinite(v);
-      amax = std::max(amax, std::fabs(v));
-    }
-    const auto out = codes.subspan(begin, kActQuantGroupElems);
-    if (!finite) {
+    const uint16_t* x = x_bf16.data() + group * kActQuantGroupElems;
+    // |x| as BF16 bits orders like |x| for non-NaN codes; ≥ 0x7F80 is ±Inf or a NaN.
+    uint16_t amax_bits = 0;
+    for (size_t i = 0; i < kActQuantGroupElems; ++i)
+      amax_bits = std::max<uint16_t>(amax_bits, x[i] & 0x7FFFu);
+    uint8_t* out = codes.data() + group * kActQuantGroupElems;
+    if (amax_bits >= 0x7F80u) {
       scales[group] = std::numeric_limits<float>::quiet_NaN();
-      std::fill(out.begin(), out.end(), uint8_t{0x7F});
+      std::fill_n(out, kActQuantGroupElems, uint8_t{0x7F});
       continue;
     }
     // amax >= 1e-4, so r >= 2.2e-7 is normal and s is a normal power of two >= 2^-22.
-    const float r = std::max(amax, kAmaxFloor) * kInvE4m3Max;
+    const float r = std::max(decode_bf16(amax_bits), kAmaxFloor) * kInvE4m3Max;
     const float s = format == ActScaleFormat::kUe8m0 ? round_scale_up_to_pow2(r) : r;
     scales[group] = s;
-    for (size_t i = 0; i < kActQuantGroupElems; ++i) {
-      const float y = std::clamp(decode_bf16(x_bf16[begin + i]) / s, -448.0f, 448.0f);
-      out[i] = encode_e4m3(y, Fp8Overflow::kSaturate);
-    }
+    // |x / s| ≤ 448 up to rounding; the encoder saturates what rounds above.
+#pragma omp simd
+    for (size_t i = 0; i < kActQuantGroupElems; ++i)
+      out[i] = encode_e4m3_saturating(decode_bf16(x[i]) / s);
   }
 }
 

@@ -63,12 +63,6 @@ float signed_nan(bool negative) {
 
 }  // namespace
 
-uint16_t encode_bf16(float x) {
-  const uint32_t bits = bits_of(x);
-  if ((bits & kF32AbsMask) > kF32InfBits) return 0x7FC0;
-  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-}
-
 uint16_t encode_fp16(float x) {
   const uint32_t bits = bits_of(x);
   const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);

@@ -124,6 +124,8 @@ std::vector<EncoderCase> all_encoders() {
        [](float x) { return reference_encode(fp16_grid(), x, 65520.0, 0x7C00, 0x7E00); }},
       {"e4m3_sat", [](float x) { return encode_e4m3(x, Fp8Overflow::kSaturate); },
        [](float x) { return reference_encode(e4m3_grid(), x, 448.0, 0x7E, 0x7F); }},
+      {"e4m3_sat_inline", [](float x) { return encode_e4m3_saturating(x); },
+       [](float x) { return reference_encode(e4m3_grid(), x, 448.0, 0x7E, 0x7F); }},
       {"e4m3_nonsat", [](float x) { return encode_e4m3(x, Fp8Overflow::kNonSaturating); },
        [](float x) {
          // > 464 is NaN; 464 itself is the tie that RNE sends to 448.

@@ -16,4 +16,14 @@ namespace dz::kernels {
 // (formats::round_to_bf16).
 void hadamard_ref(std::span<float> x, int64_t n);
 
+// The same transform bit for bit: rows of 128 (the indexer's) in AVX-512 registers where the CPU
+// has them (each butterfly is the same FP32 add or subtract, only done 16 lanes at a time), the
+// reference otherwise.
+void hadamard(std::span<float> x, int64_t n);
+
+namespace detail {
+// n = 128, x.size() a multiple of 128.
+void hadamard128_avx512(std::span<float> x);
+}  // namespace detail
+
 }  // namespace dz::kernels

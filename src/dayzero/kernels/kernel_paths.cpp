@@ -50,7 +50,8 @@ const Variant kPortable{"portable C++", {}};
 
 // In the order of a decoder step. Where each check lives: linear_bf16.cpp (reorder_for_onednn),
 // linear_fp8_block.cpp and linear_mxfp4.cpp (create), gemm_small_bf16.cpp, lightning_indexer.cpp,
-// kda.cpp, mla_absorb.cpp, mla_attention.cpp, norms.cpp.
+// kda.cpp, short_conv.cpp, mla_absorb.cpp, mla_attention.cpp, activations.cpp, hadamard.cpp,
+// norms.cpp.
 const std::vector<Operator>& operators() {
   static const std::vector<Operator> ops = {
       {"BF16 linear, <= 64 tokens",
@@ -91,7 +92,9 @@ const std::vector<Operator>& operators() {
         {"AVX-512 FP32, every head per record tile", kVbmi},
         {"AVX-512 FP32, each head's own pass", kAvx512},
         kPortable}},
-      {"RMSNorm, BF16 rounding", {{"AVX-512", kAvx512}, kPortable}},
+      {"KDA short conv", {{"AVX-512 FP32", kAvx512}, kPortable}},
+      {"SiLU / sigmoid gates, Hadamard", {{"AVX-512 FP32", kAvx512}, kPortable}},
+      {"RMSNorm, L2 norm, BF16 rounding", {{"AVX-512", kAvx512}, kPortable}},
   };
   return ops;
 }

@@ -51,7 +51,7 @@ int64_t max_visible_keys(const IndexerQueries& queries) {
 
 void write_selection_row(ScoredPos* chosen, int64_t num_chosen, int64_t top_k, int32_t* sel_row,
                          float* score_row) {
-  std::sort(chosen, chosen + num_chosen, ranks_before);
+  std::sort(chosen, chosen + num_chosen, kRanksBefore);
   for (int64_t i = 0; i < top_k; ++i) {
     const bool used = i < num_chosen;
     sel_row[i] = used ? chosen[i].pos : -1;
@@ -62,7 +62,7 @@ void write_selection_row(ScoredPos* chosen, int64_t num_chosen, int64_t top_k, i
 
 void keep_best(ScoredPos* candidates, int64_t num_candidates, int64_t keep) {
   if (keep >= num_candidates) return;
-  std::nth_element(candidates, candidates + keep, candidates + num_candidates, ranks_before);
+  std::nth_element(candidates, candidates + keep, candidates + num_candidates, kRanksBefore);
 }
 
 }  // namespace indexer_detail

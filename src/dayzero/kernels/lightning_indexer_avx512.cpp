@@ -283,7 +283,7 @@ struct TopKBuffer {
   float threshold = 0.0f;
 
   void compact() {
-    std::nth_element(entries, entries + keep - 1, entries + size, indexer_detail::ranks_before);
+    std::nth_element(entries, entries + keep - 1, entries + size, indexer_detail::kRanksBefore);
     size = keep;
     threshold = indexer_detail::rank_of(entries[keep - 1].score);
     bounded = true;

@@ -27,6 +27,9 @@ static inline bool ranks_before(ScoredPos a, ScoredPos b) {
   const float rb = rank_of(b.score);
   return ra > rb || (ra == rb && a.pos < b.pos);
 }
+// ranks_before as a function object, for std::sort and std::nth_element: passed as a function
+// pointer it was called out of line, ~3 % of a decode step.
+inline constexpr auto kRanksBefore = [](ScoredPos a, ScoredPos b) { return ranks_before(a, b); };
 
 // Queries decoded together by the AVX-512 variant; one key chunk is decoded once per tile.
 inline constexpr int64_t kTileQueries = 8;

@@ -55,7 +55,7 @@ void lightning_indexer_ref(const ExecContext& ctx, const IndexKeyCache& keys,
           row[s] = ScoredPos{k_scale * head_sum, static_cast<int32_t>(s)};
         }
         const int64_t num_chosen = std::min(top_k, num_visible);
-        std::partial_sort(row, row + num_chosen, row + num_visible, indexer_detail::ranks_before);
+        std::partial_sort(row, row + num_chosen, row + num_visible, indexer_detail::kRanksBefore);
         indexer_detail::write_selection_row(row, num_chosen, top_k, selection.data() + t * top_k,
                                             scores.empty() ? nullptr : scores.data() + t * top_k);
       }

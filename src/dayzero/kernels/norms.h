@@ -1,6 +1,8 @@
 #pragma once
 // Row normalizations, docs/models.md §1.1. FP32 in, FP32 out, FP32 accumulation; callers round to
-// BF16 where the model stores activations (formats::round_to_bf16).
+// BF16 where the model stores activations (formats::round_to_bf16). With AVX-512 the sums of
+// squares are 64 partial sums added at the end (a serial sum of a 256-wide row was ~1 % of a
+// decode step per norm kind); the order depends on the row only, never on the row count.
 
 #include <cstdint>
 
@@ -12,6 +14,14 @@ namespace dz::kernels {
 // strides x_stride/y_stride (elements); y may alias x.
 void rms_norm(const ExecContext& ctx, const float* x, int64_t x_stride, const float* weight,
               float* y, int64_t y_stride, int64_t num_rows, int64_t dim, float eps);
+
+// x[r, :] ← x[r, :] / sqrt(Σ x[r, :]² + eps) in place, rows of dim contiguous (KDA's q and k).
+void l2_normalize(const ExecContext& ctx, float* x, int64_t num_rows, int64_t dim, float eps);
+
+namespace detail {
+// Σ x[i]² for i < n.
+float sum_squares_avx512(const float* x, int64_t n);
+}  // namespace detail
 
 // y = weight ⊙ (x − μ)/sqrt(σ² + eps) + bias, μ and σ² the mean and biased variance of the row.
 void layer_norm(const ExecContext& ctx, const float* x, int64_t x_stride, const float* weight,

@@ -57,6 +57,28 @@ TEST(Norms, RmsNormAndLayerNormMatchFp64) {
   }
 }
 
+TEST(Norms, L2NormalizeMatchesFp64) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.3f, 2.0f);
+  for (int64_t dim : {1, 7, 64, 128, 513}) {
+    const int64_t num_rows = 9;
+    std::vector<float> x(static_cast<size_t>(num_rows * dim));
+    for (float& v : x) v = normal(rng);
+    std::vector<float> y = x;
+    l2_normalize(ExecContext{.num_threads = 2}, y.data(), num_rows, dim, 1e-6f);
+    std::vector<double> want(x.size());
+    for (int64_t r = 0; r < num_rows; ++r) {
+      double squares = 0;
+      for (int64_t i = 0; i < dim; ++i) squares += double{x[r * dim + i]} * x[r * dim + i];
+      for (int64_t i = 0; i < dim; ++i)
+        want[r * dim + i] = x[r * dim + i] / std::sqrt(squares + 1e-6);
+    }
+    EXPECT_LT(relative_rms(y, want), 1e-6) << dim;
+  }
+}
+
 TEST(Norms, RoundToBf16MatchesTheCodec) {
   std::mt19937 rng(std::random_device{}());
   std::vector<float> x(1000);

@@ -6,6 +6,8 @@
 
 #include "dayzero/core/check.h"
 #include "dayzero/formats/codecs.h"
+#include "dayzero/kernels/cpu_features.h"
+#include "dayzero/kernels/fast_math.h"
 
 namespace dz::kernels {
 namespace {
@@ -38,6 +40,12 @@ void short_conv_silu(const ExecContext& ctx, const float* x, int64_t num_tokens,
   const int64_t block_flops = num_tokens * kBlock * (2 * width + 10);
   const int64_t grain = grain_for_work(block_flops, kMinParallelFlops);
   parallel_for(ctx, num_blocks, grain, [&](int64_t blk_begin, int64_t blk_end) {
+    if (cpu_features().avx512) {
+      const int64_t c_end = std::min(channels, blk_end * kBlock);
+      detail::short_conv_silu_avx512(x, num_tokens, channels, w, width, conv_state, y,
+                                     blk_begin * kBlock, c_end);
+      return;
+    }
     float hist[kMaxShortConvWidth][kBlock];  // rows 0 … width−2: the window before token t
     float taps[kMaxShortConvWidth][kBlock];  // w transposed to [width, block]
     for (int64_t blk = blk_begin; blk < blk_end; ++blk) {
@@ -58,7 +66,7 @@ void short_conv_silu(const ExecContext& ctx, const float* x, int64_t num_tokens,
           float acc = 0;
           for (int64_t j = 0; j < hist_rows; ++j) acc += taps[j][c] * hist[j][c];
           acc += taps[width - 1][c] * xt[c];
-          yt[c] = acc / (1.0f + std::exp(-acc));
+          yt[c] = silu_fast(acc);
         }
         for (int64_t j = 0; j + 1 < hist_rows; ++j) {
           for (int64_t c = 0; c < nc; ++c) hist[j][c] = hist[j + 1][c];

@@ -37,7 +37,7 @@ void rotate_and_quantize(const ExecContext& ctx, float* rows, int64_t num_rows, 
     std::vector<uint16_t> bf16(static_cast<size_t>(n));
     for (int64_t r = begin; r < end; ++r) {
       float* row = rows + r * n;
-      kernels::hadamard_ref(std::span<float>(row, static_cast<size_t>(n)), n);
+      kernels::hadamard(std::span<float>(row, static_cast<size_t>(n)), n);
       for (int64_t i = 0; i < n; ++i) bf16[static_cast<size_t>(i)] = formats::encode_bf16(row[i]);
       formats::act_quant(bf16, formats::ActScaleFormat::kUe8m0,
                          std::span<uint8_t>(codes + r * n, static_cast<size_t>(n)),

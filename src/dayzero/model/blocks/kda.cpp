@@ -10,6 +10,8 @@
 
 #include "dayzero/core/check.h"
 #include "dayzero/formats/codecs.h"
+#include "dayzero/kernels/activations.h"
+#include "dayzero/kernels/fast_math.h"
 #include "dayzero/kernels/kda.h"
 #include "dayzero/kernels/norms.h"
 #include "dayzero/kernels/short_conv.h"
@@ -19,10 +21,6 @@ namespace {
 
 // Elementwise loops over tokens run in ranges of this many tokens.
 constexpr int64_t kTokenGrain = 16;
-
-float sigmoid(float x) {
-  return 1.0f / (1.0f + std::exp(-x));
-}
 
 // softplus(f) = log(1 + e^f), linear above 20 (PyTorch's threshold) where log1p(e^f) = f in FP32.
 float softplus(float f) {
@@ -202,15 +200,7 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
   const float* v = qkv + 2 * T * hd;
 
   // 3. L2 norm per head, FP32 (not rounded afterwards).
-  parallel_for(ctx, 2 * T * H, 64, [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      float* r = qkv + row * d;
-      float sum_squares = 0;
-      for (int64_t i = 0; i < d; ++i) sum_squares += r[i] * r[i];
-      const float norm = std::sqrt(sum_squares + 1e-6f);
-      for (int64_t i = 0; i < d; ++i) r[i] /= norm;
-    }
-  });
+  kernels::l2_normalize(ctx, qkv, 2 * T * H, d, 1e-6f);
   tap(taps, layer_id, "kda_q", q, Shape{T, hd});
   tap(taps, layer_id, "kda_k", k, Shape{T, hd});
   tap(taps, layer_id, "kda_v", v, Shape{T, hd});
@@ -229,10 +219,10 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
         const float decay = std::exp(w.a_log[static_cast<size_t>(c.head_offset + h)]);
         float* gh = g + t * hd + h * d;
         const float* bias = w.dt_bias.data() + h * d;
-        for (int64_t i = 0; i < d; ++i) {
-          const float f = gh[i] + bias[i];
-          gh[i] =
-              c.gate_lower_bound ? *c.gate_lower_bound * sigmoid(decay * f) : -decay * softplus(f);
+        if (c.gate_lower_bound) {
+          kernels::scaled_sigmoid(gh, bias, d, decay, *c.gate_lower_bound);
+        } else {
+          for (int64_t i = 0; i < d; ++i) gh[i] = -decay * softplus(gh[i] + bias[i]);
         }
       }
     }
@@ -242,7 +232,8 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
   // 5. β = σ(round(b_proj(x))), [T, H].
   float* beta = scratch.allocate_floats(T * H);
   w.b_proj.forward(ctx, x, T, beta);
-  for (int64_t i = 0; i < T * H; ++i) beta[i] = sigmoid(formats::round_to_bf16(beta[i]));
+  for (int64_t i = 0; i < T * H; ++i)
+    beta[i] = kernels::sigmoid_fast(formats::round_to_bf16(beta[i]));
   tap(taps, layer_id, "kda_beta", beta, Shape{T, H});
 
   // 6. The recurrence per sequence, on its slot's state.
@@ -295,8 +286,7 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
   kernels::round_to_bf16(z, T * hd);
   kernels::rms_norm(ctx, core, d, w.o_norm.data(), y, d, T * H, d, c.o_norm_eps);
   parallel_for(ctx, T, kTokenGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin * hd; i < end * hd; ++i)
-      y[i] = formats::round_to_bf16(y[i] * sigmoid(z[i]));
+    kernels::sigmoid_product_bf16(y + begin * hd, z + begin * hd, (end - begin) * hd);
   });
   tap(taps, layer_id, "kda_y", y, Shape{T, hd});
 

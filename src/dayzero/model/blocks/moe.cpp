@@ -12,6 +12,8 @@
 
 #include "dayzero/core/check.h"
 #include "dayzero/formats/codecs.h"
+#include "dayzero/kernels/activations.h"
+#include "dayzero/kernels/fast_math.h"
 #include "dayzero/kernels/norms.h"
 
 namespace dz::model {
@@ -26,67 +28,12 @@ size_t floats_bytes(int64_t num_elems) {
   return (static_cast<size_t>(num_elems) * sizeof(float) + 63) / 64 * 64;
 }
 
+using kernels::round_bf16_inline;
+using kernels::sigmoid_fast;
+using kernels::tanh_fast;
+
 inline float silu_times(float g, float u) {
-  return g / (1.0f + std::exp(-g)) * u;
-}
-
-// Inline FP32 e^x, tanh, σ and BF16 rounding for the SiTU loop instead of libm calls and the
-// out-of-line BF16 encoder: ≤ 2e-7 relative (MlpActivation.SituMatchesTheFormula checks 1e-6), far
-// below the BF16 rounding of the product. Written without FP compares or selects (GCC's default
-// -ftrapping-math would not if-convert them), so `omp simd` vectorises the loop.
-constexpr float kLog2e = 1.44269504f;
-constexpr float kLn2Hi = 0.693359375f;  // ln 2 = kLn2Hi + kLn2Lo; n·kLn2Hi is exact for |n| < 2^15
-constexpr float kLn2Lo = -2.12194440e-4f;
-constexpr float kRoundMagic = 12582912.0f;  // 1.5·2^23: adding and subtracting it rounds to integer
-
-// e^r − 1 for |r| ≤ ln 2 / 2: Taylor to degree 9 (truncation 3e-10 relative).
-[[gnu::always_inline]] inline float expm1_reduced(float r) {
-  float p = 1.0f / 362880;
-  p = p * r + 1.0f / 40320;
-  p = p * r + 1.0f / 5040;
-  p = p * r + 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  return r + r * r * p;
-}
-
-// e^x = 2^n · (1 + (e^r − 1)) with x = n·ln 2 + r, |r| ≤ ln 2 / 2; x in [−87, 87].
-struct ExpSplit {
-  float two_n, r_expm1;
-};
-[[gnu::always_inline]] inline ExpSplit exp_split(float x) {
-  const float n = (x * kLog2e + kRoundMagic) - kRoundMagic;
-  const float r = (x - n * kLn2Hi) - n * kLn2Lo;
-  return {std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23), expm1_reduced(r)};
-}
-
-// Non-negative floats order like their bits: an integer min needs no FP compare.
-[[gnu::always_inline]] inline float min_nonnegative(float a, float b) {
-  return std::bit_cast<float>(std::min(std::bit_cast<int32_t>(a), std::bit_cast<int32_t>(b)));
-}
-
-// tanh(y) = m / (m + 2) with m = e^{2|y|} − 1 = 2^n·(e^r − 1) + (2^n − 1): no cancellation for
-// small |y| (n = 0), and 2^n − 1 is exact. 2|y| is clamped at 20, where the quotient rounds to 1.
-[[gnu::always_inline]] inline float tanh_fast(float y) {
-  const ExpSplit e = exp_split(min_nonnegative(2.0f * std::fabs(y), 20.0f));
-  const float m = e.two_n * e.r_expm1 + (e.two_n - 1.0f);
-  return std::copysign(m / (m + 2.0f), y);
-}
-
-// σ(g) = 1/(1 + e^−g) with |g| clamped at 87: exactly 1 above, ~1.6e-38 below −87 (the true value
-// is smaller still; SiTU multiplies it by at most β·β_lin).
-[[gnu::always_inline]] inline float sigmoid_fast(float g) {
-  const ExpSplit e = exp_split(std::copysign(min_nonnegative(std::fabs(g), 87.0f), -g));
-  return 1.0f / (1.0f + e.two_n * (1.0f + e.r_expm1));
-}
-
-// formats::round_to_bf16 inlined (RNE, overflow to ±Inf, subnormals kept); NaN stays a NaN.
-[[gnu::always_inline]] inline float round_bf16_inline(float x) {
-  const uint32_t bits = std::bit_cast<uint32_t>(x);
-  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
-  return x != x ? x : std::bit_cast<float>(rounded);
+  return kernels::silu_fast(g) * u;
 }
 
 // β·tanh(g/β)·σ(g) · u'; saturates to ±β·(β_lin or u) and 0 without overflow or NaN.
@@ -126,9 +73,7 @@ void gated_into(const ExecContext& ctx, const MlpWeights& weights, const MlpActi
     if (situ) {
       situ_product(gate + begin, up + begin, end - begin, beta, linear_beta);
     } else {
-      for (int64_t e = begin; e < end; ++e)
-        gate[e] = formats::round_to_bf16(
-            silu_times(formats::round_to_bf16(gate[e]), formats::round_to_bf16(up[e])));
+      kernels::silu_product_bf16(gate + begin, up + begin, end - begin);
     }
   });
   weights.down_proj.forward(ctx, gate, num_tokens, out);
