@@ -7,7 +7,7 @@ list, a passage to quote) are where prompt lookup pays; the natural one shows wh
 drafts are rare. The MTP head drafts on any text.
 
     bench/speculative_demo.py [--dayzero build/src/dayzero/cli/dayzero] [--tokens 256]
-        [--method ngram|mtp] [--k N] [--lookup-max N] [--batch-sweep]
+        [--method ngram|mtp] [--k N] [--lookup-max N] [--repeats N] [--batch-sweep]
 """
 
 import argparse
@@ -56,6 +56,11 @@ def batch1(args, prompt, spec):
     return t["decode_tokens"] / t["decode_s"], t.get("speculative"), t["tokens"]
 
 
+def median_run(runs):
+    """The run of median tokens/s (its tokens and statistics are every run's: greedy)."""
+    return sorted(runs, key=lambda run: run[0])[len(runs) // 2]
+
+
 def batch16(args, spec, num_sequences=16):
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
         for i in range(num_sequences):
@@ -80,6 +85,8 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--method", choices=("ngram", "mtp"), default="ngram")
     parser.add_argument("--k", type=int, default=3, help="num_speculative_tokens (mtp: 1 or 2)")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="batch-1 runs of each prompt with and without drafts (medians)")
     parser.add_argument("--lookup-max", type=int, default=3, help="prompt_lookup_max")
     parser.add_argument("--batch-sweep", action="store_true",
                         help="only: plain vs drafting at 1, 2, 4, 8 and 16 sequences at once "
@@ -105,8 +112,14 @@ def main():
     print("|---|---|---|---|---|---|---|")
     for name, prompt in PROMPTS.items():
         batch1(args, prompt, None)  # warm-up: page cache, oneDNN primitives
-        plain, _, plain_tokens = batch1(args, prompt, None)
-        fast, stats, fast_tokens = batch1(args, prompt, spec)
+        # Alternating runs, the median of each: one run of 256 tokens takes ~0.1 s, where a
+        # neighbour on a shared machine moves a single figure by 10 % or more.
+        plains, fasts = [], []
+        for _ in range(args.repeats):
+            plains.append(batch1(args, prompt, None))
+            fasts.append(batch1(args, prompt, spec))
+        plain, _, plain_tokens = median_run(plains)
+        fast, stats, fast_tokens = median_run(fasts)
         rate = stats["accepted_tokens"] / max(1, stats["draft_tokens"])
         print(f"| {name} | {plain:.0f} | {fast:.0f} | {fast / plain:.2f} | "
               f"{stats['accepted_tokens']} / {stats['draft_tokens']} ({rate:.2f}) | "

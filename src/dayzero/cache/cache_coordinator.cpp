@@ -136,7 +136,7 @@ int64_t CacheCoordinator::max_tokens_holdable(const SequenceCache& seq,
 }
 
 void CacheCoordinator::save_checkpoint(SequenceCache& seq, const SequenceTokens& tokens,
-                                       int64_t position) {
+                                       int64_t position, std::optional<int32_t> source) {
   if (position == 0 || position % block_size() != 0) return;
   const int64_t last_prompt_boundary = tokens.num_prompt_tokens / block_size() * block_size();
   const bool fixed =
@@ -144,7 +144,7 @@ void CacheCoordinator::save_checkpoint(SequenceCache& seq, const SequenceTokens&
   if (!fixed && position < last_prompt_boundary) return;
   const BlockHash key = seq.block_hashes[static_cast<size_t>(position / block_size() - 1)];
   // A checkpoint is a cache entry: failing to save one (every slot pinned) only loses a hit.
-  if (!states_->save_checkpoint(seq.state_slot, key, position).ok()) return;
+  if (!states_->save_checkpoint(seq.state_slot, key, position, source).ok()) return;
   // Past the prompt one rolling checkpoint follows the latest crossed boundary.
   if (seq.rolling_checkpoint && !(*seq.rolling_checkpoint == key))
     states_->release_checkpoint(*seq.rolling_checkpoint);
@@ -153,7 +153,8 @@ void CacheCoordinator::save_checkpoint(SequenceCache& seq, const SequenceTokens&
 }
 
 void CacheCoordinator::cache_full_blocks(SequenceCache& seq, const SequenceTokens& tokens,
-                                         int64_t num_computed_tokens) {
+                                         int64_t num_computed_tokens,
+                                         const StateSnapshots& snapshots) {
   if (!prefix_caching_) return;
   update_block_hashes(seq, tokens);
   const int64_t num_full = num_computed_tokens / block_size();
@@ -162,7 +163,12 @@ void CacheCoordinator::cache_full_blocks(SequenceCache& seq, const SequenceToken
                                 tokens.tokens.subspan(static_cast<size_t>(j * block_size()),
                                                       static_cast<size_t>(block_size())));
   seq.num_registered_blocks = std::max(seq.num_registered_blocks, num_full);
-  if (checkpoints_) save_checkpoint(seq, tokens, num_computed_tokens);
+  if (!checkpoints_) return;
+  // Boundaries inside the row first, oldest first, so the rolling checkpoint ends at the latest.
+  for (int64_t j = 0; j < static_cast<int64_t>(snapshots.slots.size()); ++j)
+    if (const int64_t position = snapshots.first_position + j; position < num_computed_tokens)
+      save_checkpoint(seq, tokens, position, snapshots.slots[static_cast<size_t>(j)]);
+  save_checkpoint(seq, tokens, num_computed_tokens, std::nullopt);
 }
 
 bool CacheCoordinator::fork(const SequenceCache& parent, int64_t num_computed_tokens,

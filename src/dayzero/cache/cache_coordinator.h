@@ -36,6 +36,13 @@ struct SequenceTokens {
   std::string_view cache_salt;
 };
 
+// Recurrent states a verified speculative row kept (SequenceSlice::snapshot_slots): slot j holds
+// the state after first_position + j tokens.
+struct StateSnapshots {
+  int64_t first_position = 0;
+  std::span<const int32_t> slots;
+};
+
 // The longest usable cached prefix of a sequence, from get_computed_blocks. It stays valid until
 // the pool changes, so it must be allocated in the same scheduling pass or dropped.
 struct CachedPrefix {
@@ -100,9 +107,11 @@ class CacheCoordinator {
   int64_t max_tokens_holdable(const SequenceCache& seq, bool for_running_decode) const;
 
   // After a step computed the sequence through num_computed_tokens: registers its newly full
-  // blocks in the prefix index and saves the state checkpoint ending there, if one is due.
+  // blocks in the prefix index and saves the state checkpoint ending there, if one is due. A
+  // verified speculative row may also have crossed a block boundary before its end: `snapshots`
+  // hold the states inside it, and the checkpoint of such a boundary comes from them.
   void cache_full_blocks(SequenceCache& seq, const SequenceTokens& tokens,
-                         int64_t num_computed_tokens);
+                         int64_t num_computed_tokens, const StateSnapshots& snapshots = {});
 
   // n > 1: `child` (empty) takes over the first num_computed_tokens of `parent`. The full blocks
   // are shared (one more reference each), the partial last block is copied into a fresh block
@@ -128,7 +137,8 @@ class CacheCoordinator {
 
  private:
   void update_block_hashes(SequenceCache& seq, const SequenceTokens& tokens) const;
-  void save_checkpoint(SequenceCache& seq, const SequenceTokens& tokens, int64_t position);
+  void save_checkpoint(SequenceCache& seq, const SequenceTokens& tokens, int64_t position,
+                       std::optional<int32_t> source);
   int64_t blocks_for(int64_t num_tokens) const;
 
   BlockPool blocks_;

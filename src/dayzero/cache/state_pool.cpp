@@ -112,7 +112,8 @@ void StatePool::free_checkpoint_slot(int32_t slot) {
   free_ckpt_.push_back(slot);
 }
 
-Status StatePool::save_checkpoint(int32_t live_slot, const BlockHash& key, int64_t position) {
+Status StatePool::save_checkpoint(int32_t live_slot, const BlockHash& key, int64_t position,
+                                  std::optional<int32_t> source) {
   DZ_CHECK(is_live(live_slot), "save_checkpoint: state slot {} is not a live slot in use",
            live_slot);
   if (auto it = index_.find(key); it != index_.end()) {
@@ -150,7 +151,7 @@ Status StatePool::save_checkpoint(int32_t live_slot, const BlockHash& key, int64
   position_[s] = position;
   index_.emplace(key, slot);
   lru_push_back(slot);
-  copy_(live_slot, slot);
+  copy_(source.value_or(live_slot), slot);
   ++saves_;
   return Status::ok_status();
 }

@@ -52,8 +52,10 @@ class StatePool {
   // hash of the block ending at `position`. Evicts the least recently used unpinned checkpoint
   // when none is free. A key already saved is only touched (the same chain hash means the same
   // tokens, hence the same state); its position must agree. kResourceExhausted when every
-  // checkpoint slot is pinned or there are none.
-  Status save_checkpoint(int32_t live_slot, const BlockHash& key, int64_t position);
+  // checkpoint slot is pinned or there are none. `source`, when given, holds that state instead of
+  // live_slot (a speculative row's snapshot: a slot of the cache outside this pool).
+  Status save_checkpoint(int32_t live_slot, const BlockHash& key, int64_t position,
+                         std::optional<int32_t> source = std::nullopt);
   // The index of the deepest hash in `chain` (block hashes of a prompt, first block first,
   // already cut to the KV hit) that has a checkpoint; none when no block has one. A hybrid
   // model's hit is (index + 1) blocks, i.e. checkpoint_position() tokens (docs/serving.md §1.7).

@@ -187,6 +187,14 @@ struct EngineCore::Impl {
     return rollback_slot_base +
            static_cast<int32_t>((r.cache.state_slot - 1) * num_speculative_tokens + accepted);
   }
+  // The slots keeping r's states after its row's last non-draft token and each of its first
+  // num_drafts − 1 drafts (empty without recurrent layers).
+  std::span<const int32_t> snapshot_slots(const Request& r, int64_t num_drafts) const {
+    if (rollback_slot_base == 0 || num_drafts == 0) return {};
+    return std::span(snapshot_ids)
+        .subspan(static_cast<size_t>(rollback_slot(r, 0) - rollback_slot_base),
+                 static_cast<size_t>(num_drafts));
+  }
   // After a chunk's verification: commits the accepted drafts and, when a draft was rejected,
   // restores the recurrent state kept after the last accepted one.
   void commit_drafts(const StepChunk& c);
@@ -592,15 +600,10 @@ std::vector<RequestOutput> EngineCore::step() {
       push_rows(m.logits_rows, first_token, chunk.begin, end - 1 - chunk.num_drafts, end);
     // The recurrent states after the last non-draft token and each draft but the last, kept by
     // the forward for a rollback.
-    std::span<const int32_t> snapshots;
-    if (chunk.num_drafts > 0 && m.rollback_slot_base > 0)
-      snapshots = std::span(m.snapshot_ids)
-                      .subspan(static_cast<size_t>(m.rollback_slot(r, 0) - m.rollback_slot_base),
-                               static_cast<size_t>(chunk.num_drafts));
     spans.push_back({.request = &r,
                      .begin = chunk.begin,
                      .num_tokens = c.num_tokens,
-                     .snapshot_slots = snapshots});
+                     .snapshot_slots = m.snapshot_slots(r, chunk.num_drafts)});
     chunks.push_back(std::move(chunk));
     first_token += c.num_tokens;
   }
@@ -752,7 +755,6 @@ void EngineCore::Impl::propose_drafts(const EngineConfig& config) {
   const SpeculativeConfig& spec = config.speculative;
   drafting_this_step = spec.enabled() && scheduler->num_running() <= spec.disable_by_batch_size;
   if (!drafting_this_step) return;
-  const int64_t block_size = coordinator->block_size();
   for (Request* r : scheduler->running()) {
     // Decode rows only: not a prefill, not a scoring request.
     if (r->num_computed_tokens < r->num_prompt_tokens || r->return_prompt_logits ||
@@ -763,11 +765,6 @@ void EngineCore::Impl::propose_drafts(const EngineConfig& config) {
     int64_t max_drafts =
         std::min({spec.num_speculative_tokens(), r->max_tokens - r->num_output_tokens() - 1,
                   config.max_model_len - r->num_tokens() - 1});
-    // A hybrid model's decode checkpoint is the state at a block boundary: the row stops there.
-    if (rollback_slot_base > 0 && coordinator->prefix_caching()) {
-      const int64_t last = r->num_tokens() - 1;
-      max_drafts = std::min(max_drafts, (last / block_size + 1) * block_size - last - 1);
-    }
     if (max_drafts <= 0) continue;
     if (config.propose_drafts_for_test) {
       r->draft_tokens = config.propose_drafts_for_test(r->tokens, max_drafts);
@@ -801,7 +798,10 @@ void EngineCore::Impl::commit_drafts(const StepChunk& c) {
   // The state has consumed rejected drafts: back to the one after the last accepted token.
   if (rollback_slot_base > 0 && accepted < c.num_drafts)
     model->copy_state_slot(cache, rollback_slot(r, accepted), r.cache.state_slot);
-  scheduler->commit_verified(r, first_draft + accepted);
+  // A block boundary the row crossed before its end takes its checkpoint from the kept states.
+  scheduler->commit_verified(
+      r, first_draft + accepted,
+      {.first_position = first_draft, .slots = snapshot_slots(r, c.num_drafts)});
 }
 
 Status EngineCore::Impl::run_mtp_drafts(std::span<StepChunk> chunks, int64_t num_drafts) {

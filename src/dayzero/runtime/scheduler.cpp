@@ -238,14 +238,15 @@ void Scheduler::advance(const SchedulerOutput& output) {
   }
 }
 
-void Scheduler::commit_verified(Request& r, int64_t num_computed_tokens) {
+void Scheduler::commit_verified(Request& r, int64_t num_computed_tokens,
+                                const cache::StateSnapshots& snapshots) {
   DZ_CHECK(num_computed_tokens >= r.num_computed_tokens && num_computed_tokens <= r.num_tokens(),
            "request {}: commit of {} computed tokens (had {} of {})", r.id, num_computed_tokens,
            r.num_computed_tokens, r.num_tokens());
   r.draft_tokens.clear();
   r.num_computed_tokens = num_computed_tokens;
   cache_.trim(r.cache, r.num_tokens());
-  cache_.cache_full_blocks(r.cache, r.cache_tokens(), r.num_computed_tokens);
+  cache_.cache_full_blocks(r.cache, r.cache_tokens(), r.num_computed_tokens, snapshots);
 }
 
 std::vector<Request*> Scheduler::fork_pending(Request& parent) {

@@ -75,7 +75,9 @@ class Scheduler {
   // num_computed_tokens (its accepted drafts included; after a recurrent-state rollback, the
   // chunk's start), its drafts are cleared, the blocks past its tokens are freed and the newly
   // full blocks of committed tokens registered.
-  void commit_verified(Request& r, int64_t num_computed_tokens);
+  // `snapshots`: the row's kept states, for the checkpoint of a block boundary inside it.
+  void commit_verified(Request& r, int64_t num_computed_tokens,
+                       const cache::StateSnapshots& snapshots = {});
   // After advance(), for a request whose prompt is now computed for the first time: its pending
   // choices that could fork (blocks shared, partial block and state copied) now run with the
   // prompt computed and sample from the same logits; the others queue as requests of their own.
