@@ -170,17 +170,17 @@ bool kda_avx512_available(const KdaDims& dims) {
 
 void kda_recurrent(const ExecContext& ctx, const KdaDims& dims, const float* q, const float* k,
                    const float* v, const float* g, const float* beta, int64_t num_tokens,
-                   float* state, float* out) {
+                   float* state, float* out, const float* state_in) {
   if (kda_avx512_available(dims)) {
-    kda_detail::kda_recurrent_avx512(ctx, dims, q, k, v, g, beta, num_tokens, state, out);
+    kda_detail::kda_recurrent_avx512(ctx, dims, q, k, v, g, beta, num_tokens, state, out, state_in);
   } else {
-    kda_recurrent_plain(ctx, dims, q, k, v, g, beta, num_tokens, state, out);
+    kda_recurrent_plain(ctx, dims, q, k, v, g, beta, num_tokens, state, out, state_in);
   }
 }
 
 void kda_recurrent_plain(const ExecContext& ctx, const KdaDims& dims, const float* q,
                          const float* k, const float* v, const float* g, const float* beta,
-                         int64_t num_tokens, float* state, float* out) {
+                         int64_t num_tokens, float* state, float* out, const float* state_in) {
   check_dims(dims);
   const int64_t H = dims.num_heads, d = dims.head_dim;
   const float sc = 1.0f / std::sqrt(static_cast<float>(d));
@@ -192,14 +192,16 @@ void kda_recurrent_plain(const ExecContext& ctx, const KdaDims& dims, const floa
         const int64_t base = (t * H + h) * d;
         const float* kt = k + base;
         const float* qt = q + base;
+        const float* s_read = t == 0 && state_in != nullptr ? state_in + h * d * d : s;
         for (int64_t i = 0; i < d; ++i) alpha[i] = std::exp(g[base + i]);
         const float bt = beta[t * H + h];
         // One pass per state row v: decay, predict v from k, correct, read out with q.
         for (int64_t vi = 0; vi < d; ++vi) {
           float* srow = s + vi * d;
+          const float* read_row = s_read + vi * d;
           float pred = 0;
           for (int64_t i = 0; i < d; ++i) {
-            srow[i] *= alpha[i];
+            srow[i] = read_row[i] * alpha[i];
             pred += srow[i] * kt[i];
           }
           const float u = bt * (v[base + vi] - pred);

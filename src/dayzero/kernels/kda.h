@@ -39,9 +39,12 @@ struct KdaDims {
 // One sequence, token-major FP32: q, k [T, H, d] (L2-normalised), v [T, H, d], g [T, H, d]
 // (natural-log decay, ≤ 0, finite, may be very negative), beta [T, H]; state [H, d_v, d_k]
 // V-first, read and updated in place; out [T, H, d] = o_t (the kernel multiplies q by d^−1/2).
+// state_in, when given, is read instead of `state` by the first token (which writes `state`): a
+// speculative row keeps the state after each draft in its own slot without copying it
+// (docs/serving.md §1.8); the arithmetic is the in-place one's.
 void kda_recurrent(const ExecContext& ctx, const KdaDims& dims, const float* q, const float* k,
                    const float* v, const float* g, const float* beta, int64_t num_tokens,
-                   float* state, float* out);
+                   float* state, float* out, const float* state_in = nullptr);
 
 // Bytes of scratch kda_chunked allocates from its Arena for these dims and chunk size (per-thread
 // chunk buffers, 64-byte aligned), whatever the number of tokens.
@@ -64,7 +67,8 @@ void kda_recurrent_ref(const KdaDims& dims, const float* q, const float* k, cons
 // cpu_features().avx512 and head_dim % 16 == 0).
 void kda_recurrent_plain(const ExecContext& ctx, const KdaDims& dims, const float* q,
                          const float* k, const float* v, const float* g, const float* beta,
-                         int64_t num_tokens, float* state, float* out);
+                         int64_t num_tokens, float* state, float* out,
+                         const float* state_in = nullptr);
 void kda_chunked_plain(const ExecContext& ctx, const KdaDims& dims, const float* q, const float* k,
                        const float* v, const float* g, const float* beta, int64_t num_tokens,
                        int64_t pos_begin, int64_t chunk_size, float* state, float* out,

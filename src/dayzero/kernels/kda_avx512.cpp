@@ -506,7 +506,7 @@ constexpr int64_t kTokenBlock = 16;
 
 template <int NB>
 void recurrent_head_avx512(const ChunkArgs& a, int64_t t_begin, int64_t t_end, int64_t num_tokens,
-                           int64_t h, float* s, float* out) {
+                           int64_t h, float* s, float* out, const float* s_first) {
   constexpr int64_t d = NB * 16;
   const int64_t H = a.num_heads;
   alignas(64) float alpha[d];
@@ -521,14 +521,16 @@ void recurrent_head_avx512(const ChunkArgs& a, int64_t t_begin, int64_t t_end, i
       _mm512_store_ps(alpha + 16 * i, exp_ps(_mm512_loadu_ps(a.g + base + 16 * i)));
     }
     const float bt = a.beta[t * H + h];
+    const float* s_read = t == 0 && s_first != nullptr ? s_first : s;
     // One pass per state row v: decay, predict v from k, correct, read out with q.
     for (int64_t vi = 0; vi < d; ++vi) {
       float* srow = s + vi * d;
+      const float* read_row = s_read + vi * d;
       __m512 x[NB];
       __m512 pred = _mm512_setzero_ps();
 #pragma GCC unroll 16
       for (int i = 0; i < NB; ++i) {
-        x[i] = _mm512_mul_ps(_mm512_loadu_ps(srow + 16 * i), _mm512_load_ps(alpha + 16 * i));
+        x[i] = _mm512_mul_ps(_mm512_loadu_ps(read_row + 16 * i), _mm512_load_ps(alpha + 16 * i));
         pred = _mm512_fmadd_ps(x[i], _mm512_loadu_ps(kt + 16 * i), pred);
       }
       const __m512 u = _mm512_set1_ps(bt * (vt[vi] - _mm512_reduce_add_ps(pred)));
@@ -548,7 +550,7 @@ void recurrent_head_avx512(const ChunkArgs& a, int64_t t_begin, int64_t t_end, i
 
 void kda_recurrent_avx512(const ExecContext& ctx, const KdaDims& dims, const float* q,
                           const float* k, const float* v, const float* g, const float* beta,
-                          int64_t num_tokens, float* state, float* out) {
+                          int64_t num_tokens, float* state, float* out, const float* state_in) {
   const int64_t d = dims.head_dim;
   DZ_CHECK(d == 64 || d == 128, "KDA AVX-512 head_dim {}", d);
   const ChunkArgs args{q, k, v, g, beta, dims.num_heads, 1.0f / std::sqrt(static_cast<float>(d))};
@@ -562,10 +564,11 @@ void kda_recurrent_avx512(const ExecContext& ctx, const KdaDims& dims, const flo
       for (int64_t t0 = 0; t0 < num_tokens; t0 += kTokenBlock) {
         const int64_t t1 = std::min(t0 + kTokenBlock, num_tokens);
         for (int64_t h = hg; h < hg_end; ++h) {
+          const float* first = state_in != nullptr ? state_in + h * d * d : nullptr;
           if (d == 128) {
-            recurrent_head_avx512<8>(args, t0, t1, num_tokens, h, state + h * d * d, out);
+            recurrent_head_avx512<8>(args, t0, t1, num_tokens, h, state + h * d * d, out, first);
           } else {
-            recurrent_head_avx512<4>(args, t0, t1, num_tokens, h, state + h * d * d, out);
+            recurrent_head_avx512<4>(args, t0, t1, num_tokens, h, state + h * d * d, out, first);
           }
         }
       }

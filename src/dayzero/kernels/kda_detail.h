@@ -57,7 +57,7 @@ int64_t num_workers(const ExecContext& ctx, const KdaDims& dims);
 // The AVX-512 variants (kda_avx512.cpp); callers check kda_avx512_available first.
 void kda_recurrent_avx512(const ExecContext& ctx, const KdaDims& dims, const float* q,
                           const float* k, const float* v, const float* g, const float* beta,
-                          int64_t num_tokens, float* state, float* out);
+                          int64_t num_tokens, float* state, float* out, const float* state_in);
 // use_amx: the three state products as BF16×3 on AMX tiles (callers check amx_available()).
 void kda_chunked_avx512(const ExecContext& ctx, const KdaDims& dims, const float* q, const float* k,
                         const float* v, const float* g, const float* beta, int64_t num_tokens,

@@ -174,7 +174,7 @@ TEST(KdaTest, RecurrentMatchesRef) {
       Result r{std::vector<float>(in.q.size()), in.state};
       auto fn = plain ? kda_recurrent_plain : kda_recurrent;
       fn(ExecContext{2}, in.dims, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-         in.beta.data(), in.num_tokens, r.state.data(), r.out.data());
+         in.beta.data(), in.num_tokens, r.state.data(), r.out.data(), nullptr);
       expect_close(r, ref, "d " + std::to_string(d) + (plain ? " plain" : " dispatch"));
     }
   }
@@ -323,6 +323,37 @@ TEST(KdaTest, PrefillThenDecodeEqualsRecurrence) {
                     r.state.data(), r.out.data() + t * hd);
     }
     expect_close(r, ref, "C " + std::to_string(chunk));
+  }
+}
+
+// A speculative row's snapshots (model/blocks/kda.cpp): tokens run out of place, each reading the
+// state the previous one wrote elsewhere, equal the in-place recurrence bit for bit (both
+// variants), and leave the state they read untouched.
+TEST(KdaTest, OutOfPlaceTokensEqualInPlaceBitForBit) {
+  for (int64_t d : {64, 128}) {
+    const Inputs in = make_inputs({3, d}, 5, Gate::kModerate, 17);
+    const int64_t hd = 3 * d;
+    for (const bool plain : {true, false}) {
+      const auto recurrent = plain ? kda_recurrent_plain : kda_recurrent;
+      Result in_place{std::vector<float>(in.q.size()), in.state};
+      recurrent(ExecContext{2}, in.dims, in.q.data(), in.k.data(), in.v.data(), in.g.data(),
+                in.beta.data(), in.num_tokens, in_place.state.data(), in_place.out.data(), nullptr);
+      // Token 0 from the initial state into slot 0, token t from slot t − 1 into slot t.
+      std::vector<std::vector<float>> slots(static_cast<size_t>(in.num_tokens),
+                                            std::vector<float>(in.state.size()));
+      std::vector<float> out(in.q.size());
+      const float* from = in.state.data();
+      for (int64_t t = 0; t < in.num_tokens; ++t) {
+        float* to = slots[static_cast<size_t>(t)].data();
+        recurrent(ExecContext{2}, in.dims, in.q.data() + t * hd, in.k.data() + t * hd,
+                  in.v.data() + t * hd, in.g.data() + t * hd, in.beta.data() + t * 3, 1, to,
+                  out.data() + t * hd, from);
+        from = to;
+      }
+      EXPECT_EQ(out, in_place.out) << "d " << d << (plain ? " plain" : " dispatched");
+      EXPECT_EQ(slots.back(), in_place.state) << "d " << d << (plain ? " plain" : " dispatched");
+      EXPECT_NE(slots.front(), in.state);
+    }
   }
 }
 

@@ -243,29 +243,37 @@ void KdaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
     const SequenceSlice& seq = batch.sequences[i];
     if (seq.num_tokens == 0 || runs_piece(batch, i)) continue;
     float* s = state.state(seq.state_slot);
-    // Tokens [t0, t0 + n) from the slot's state: the recurrence for a few, chunks for more.
-    const auto run = [&](int64_t t0, int64_t n, int64_t pos) {
+    // Tokens [t0, t0 + n) from state `from` into state `to`: the recurrence for a few (reading
+    // `from` directly), chunks for more (in place, after a copy).
+    const auto run = [&](int64_t t0, int64_t n, int64_t pos, const float* from, float* to) {
       if (c.path == KdaPath::kRecurrent ||
           (c.path == KdaPath::kAuto && n <= kKdaRecurrentMaxTokens)) {
         kernels::kda_recurrent(ctx, dims, q + t0 * hd, k + t0 * hd, v + t0 * hd, g + t0 * hd,
-                               beta + t0 * H, n, s, core + t0 * hd);
+                               beta + t0 * H, n, to, core + t0 * hd, from);
         return;
       }
+      if (from != to) std::copy_n(from, state.layout.state_floats(), to);
       const size_t mark = scratch.mark();
       kernels::kda_chunked(ctx, dims, q + t0 * hd, k + t0 * hd, v + t0 * hd, g + t0 * hd,
-                           beta + t0 * H, n, pos, c.chunk_size, s, core + t0 * hd, scratch);
+                           beta + t0 * H, n, pos, c.chunk_size, to, core + t0 * hd, scratch);
       scratch.release(mark);
     };
-    // With snapshots: up to the first snapshot token, then token by token, keeping the state after
-    // each (the recurrence per token is a decode step's, so verified tokens match decode bit for
-    // bit).
+    // With snapshots (a verified row): up to the token before the first snapshot in place, then
+    // token by token, each writing the state after it into its snapshot slot, the last one back
+    // into the live slot (the recurrence per token is a decode step's, so verified tokens match
+    // decode bit for bit).
     const auto num_snapshots = static_cast<int64_t>(seq.snapshot_slots.size());
-    const int64_t head = seq.num_tokens - num_snapshots;
-    run(seq.token_begin, head, seq.pos_begin);
-    for (int64_t j = 0; j < num_snapshots; ++j) {
-      std::copy_n(s, state.layout.state_floats(),
-                  state.state(seq.snapshot_slots[static_cast<size_t>(j)]));
-      run(seq.token_begin + head + j, 1, seq.pos_begin + head + j);
+    if (num_snapshots == 0) {
+      run(seq.token_begin, seq.num_tokens, seq.pos_begin, s, s);
+      continue;
+    }
+    const int64_t last_in_place = seq.num_tokens - num_snapshots - 1;  // ≥ 0 (checked above)
+    run(seq.token_begin, last_in_place, seq.pos_begin, s, s);
+    const float* from = s;
+    for (int64_t j = 0; j <= num_snapshots; ++j) {
+      float* to = j < num_snapshots ? state.state(seq.snapshot_slots[static_cast<size_t>(j)]) : s;
+      run(seq.token_begin + last_in_place + j, 1, seq.pos_begin + last_in_place + j, from, to);
+      from = to;
     }
   }
   if (batch.context != nullptr)
