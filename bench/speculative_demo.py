@@ -86,7 +86,7 @@ def main():
     parser.add_argument("--method", choices=("ngram", "mtp"), default="ngram")
     parser.add_argument("--k", type=int, default=3, help="num_speculative_tokens (mtp: 1 or 2)")
     parser.add_argument("--repeats", type=int, default=5,
-                        help="batch-1 runs of each prompt with and without drafts (medians)")
+                        help="runs of each measurement, alternating with and without drafts (medians)")
     parser.add_argument("--lookup-max", type=int, default=3, help="prompt_lookup_max")
     parser.add_argument("--batch-sweep", action="store_true",
                         help="only: plain vs drafting at 1, 2, 4, 8 and 16 sequences at once "
@@ -125,13 +125,18 @@ def main():
               f"{stats['accepted_tokens']} / {stats['draft_tokens']} ({rate:.2f}) | "
               f"{'/'.join(map(str, stats['accepted_per_position']))} | "
               f"{plain_tokens == fast_tokens} |")
-    plain, _ = batch16(args, None)
+    configs = (("default backoff (no drafts above 8 running)", spec),
+               ("drafting at 16 (disable_by_batch_size 16)", spec_config(args, 16)))
+    runs = {what: [] for what in ["plain"] + [what for what, _ in configs]}
+    for _ in range(args.repeats):  # alternating, medians (as at batch 1)
+        runs["plain"].append(batch16(args, None))
+        for what, config in configs:
+            runs[what].append(batch16(args, config))
+    plain, _ = median_run(runs["plain"])
     print(f"\n16 sequences at once ({args.tokens // 2} tokens each, prefill included): plain "
           f"{plain:.0f} tok/s")
-    for what, config in (("default backoff (no drafts above 8 running)", spec),
-                         ("drafting at 16 (disable_by_batch_size 16)",
-                          spec_config(args, 16))):
-        fast, summary = batch16(args, config)
+    for what, _ in configs:
+        fast, summary = median_run(runs[what])
         print(f"  speculative, {what}: {fast:.0f} tok/s, ratio {fast / plain:.2f}; "
               f"{summary.split('; ')[-1]}")
 
