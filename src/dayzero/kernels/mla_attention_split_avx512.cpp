@@ -298,14 +298,20 @@ int64_t gather_fp32_tile(const MlaSplit& split, const Dims& d, const E4m3Bf16Dec
   for (; j < split.entry_end && num_keys < kFp32Keys; ++j) {
     const int32_t pos = mla_key_entry(*split.keys, split.query, j);
     if (pos < 0) continue;
-    decode_record(cache.layout, d, cache.pool + mla_slot_of_position(cache, pos) * record_bytes,
-                  decoder, s.column_channel, s.row);
+    const std::byte* record = cache.pool + mla_slot_of_position(cache, pos) * record_bytes;
+    // A BF16 record is the row already: widened straight from the pool, no copy in between.
+    const uint16_t* row = reinterpret_cast<const uint16_t*>(record);
+    if (cache.layout.dtype != KvCacheDtype::kBf16 || w != d.width) {
+      decode_record(cache.layout, d, record, decoder, s.column_channel, s.row);
+      row = s.row;
+    }
     float* out = s.tile + num_keys * w;
     for (int64_t c = 0; c < w; c += 16)
-      _mm512_storeu_ps(out + c, _mm512_castsi512_ps(_mm512_slli_epi32(
-                                    _mm512_cvtepu16_epi32(_mm256_loadu_si256(
-                                        reinterpret_cast<const __m256i*>(s.row + c))),
-                                    16)));
+      _mm512_storeu_ps(
+          out + c,
+          _mm512_castsi512_ps(_mm512_slli_epi32(
+              _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + c))),
+              16)));
     ++num_keys;
   }
   std::fill(s.tile + num_keys * w, s.tile + kFp32Keys * w, 0.0f);
