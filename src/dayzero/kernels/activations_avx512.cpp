@@ -10,6 +10,7 @@
 
 #include "dayzero/kernels/activations.h"
 #include "dayzero/kernels/activations_avx512.h"
+#include "dayzero/kernels/bf16_avx512.h"
 
 namespace dz::kernels::detail {
 namespace {
@@ -23,10 +24,10 @@ __mmask16 tail_mask(int64_t num_left) {
 void silu_product_bf16_avx512(float* gate, const float* up, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = tail_mask(n - i);
-    const __m512 g = round_bf16_ps(_mm512_maskz_loadu_ps(m, gate + i));
-    const __m512 u = round_bf16_ps(_mm512_maskz_loadu_ps(m, up + i));
+    const __m512 g = round_bf16_16(_mm512_maskz_loadu_ps(m, gate + i));
+    const __m512 u = round_bf16_16(_mm512_maskz_loadu_ps(m, up + i));
     _mm512_mask_storeu_ps(gate + i, m,
-                          round_bf16_ps(_mm512_mul_ps(_mm512_mul_ps(g, sigmoid_ps(g)), u)));
+                          round_bf16_16(_mm512_mul_ps(_mm512_mul_ps(g, sigmoid_ps(g)), u)));
   }
 }
 
@@ -35,7 +36,7 @@ void sigmoid_product_bf16_avx512(float* y, const float* z, int64_t n) {
     const __mmask16 m = tail_mask(n - i);
     const __m512 s = sigmoid_ps(_mm512_maskz_loadu_ps(m, z + i));
     _mm512_mask_storeu_ps(y + i, m,
-                          round_bf16_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, y + i), s)));
+                          round_bf16_16(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, y + i), s)));
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include <immintrin.h>
 
+#include "dayzero/kernels/bf16_avx512.h"
 #include "dayzero/kernels/linear_kernels.h"
 
 namespace dz::kernels::detail {
@@ -115,23 +116,13 @@ void dequantize_rows(const uint8_t* codes, const float* scale_inv,
 }  // namespace
 
 void round_to_bf16_avx512(const float* x, int64_t num_elems, uint16_t* out, float* out_f32) {
-  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
-  const __m512i inf_bits = _mm512_set1_epi32(0x7F800000);
-  const __m512i nan_bf16 = _mm512_set1_epi32(0x7FC0);
   for (int64_t e = 0; e < num_elems; e += 16) {
     const int64_t num_left = num_elems - e;
     const __mmask16 mask =
         num_left >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << num_left) - 1);
-    const __m512i bits = _mm512_castps_si512(_mm512_maskz_loadu_ps(mask, x + e));
-    // RNE: add 0x7FFF plus the lowest kept bit, then drop 16 bits (overflow carries into Inf).
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-    __m512i rounded = _mm512_srli_epi32(
-        _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
-    const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(bits, abs_mask), inf_bits);
-    rounded = _mm512_mask_mov_epi32(rounded, is_nan, nan_bf16);
-    if (out != nullptr) _mm256_mask_storeu_epi16(out + e, mask, _mm512_cvtepi32_epi16(rounded));
-    if (out_f32 != nullptr)
-      _mm512_mask_storeu_ps(out_f32 + e, mask, _mm512_castsi512_ps(_mm512_slli_epi32(rounded, 16)));
+    const __m256i rounded = encode_bf16_16(_mm512_maskz_loadu_ps(mask, x + e));
+    if (out != nullptr) _mm256_mask_storeu_epi16(out + e, mask, rounded);
+    if (out_f32 != nullptr) _mm512_mask_storeu_ps(out_f32 + e, mask, decode_bf16_16(rounded));
   }
 }
 

@@ -20,6 +20,7 @@
 #include "dayzero/core/check.h"
 #include "dayzero/formats/codecs.h"
 #include "dayzero/kernels/amx_tiles.h"
+#include "dayzero/kernels/bf16_avx512.h"
 #include "dayzero/kernels/e4m3_bf16_avx512.h"
 #include "dayzero/kernels/exp_avx512.h"
 #include "dayzero/kernels/mla_attention_vec.h"
@@ -164,20 +165,6 @@ void write_accumulators(const Dims& d, const float* acc, const int32_t* column_c
 }
 
 constexpr int kProbTerms = 3;  // BF16 terms of a probability
-
-// formats::encode_bf16 of 16 values (round to nearest even, subnormals kept, NaN → 0x7FC0).
-inline __m256i encode_bf16_16(__m512 x) {
-  const __m512i bits = _mm512_castps_si512(x);
-  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_srli_epi32(
-      _mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
-  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, _mm512_set1_epi32(0x7FC0)));
-}
-
-inline __m512 decode_bf16_16(__m256i bf16) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16), 16));
-}
 
 // Head h's q in tile column order as three BF16 terms hi + mid + lo (|q − hi − mid − lo| ≤
 // 2^-24·|q|), rows [3][padded_width]; padding

@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "dayzero/kernels/activations_avx512.h"
+#include "dayzero/kernels/bf16_avx512.h"
 #include "dayzero/kernels/short_conv.h"
 
 namespace dz::kernels::detail {
@@ -38,7 +39,7 @@ void short_conv_silu_avx512(const float* x, int64_t num_tokens, int64_t channels
     for (int64_t j = 0; j < width; ++j) taps[j] = _mm512_load_ps(tap_rows[j]);
     for (int64_t j = 0; j < hist_rows; ++j) {
       const __m256i codes = _mm256_maskz_loadu_epi16(m, conv_state + j * channels + c0);
-      hist[j] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(codes), 16));
+      hist[j] = decode_bf16_16(codes);
     }
     for (int64_t t = 0; t < num_tokens; ++t) {
       const __m512 xt = _mm512_maskz_loadu_ps(m, x + t * channels + c0);
@@ -49,11 +50,9 @@ void short_conv_silu_avx512(const float* x, int64_t num_tokens, int64_t channels
       for (int64_t j = 0; j + 1 < hist_rows; ++j) hist[j] = hist[j + 1];
       if (hist_rows > 0) hist[hist_rows - 1] = xt;
     }
-    // The window's rows are BF16 values (the inputs are), so keeping the top 16 bits is exact.
+    // The window's rows are BF16 values (the inputs are): the encode is exact.
     for (int64_t j = 0; j < hist_rows; ++j)
-      _mm256_mask_storeu_epi16(conv_state + j * channels + c0, m,
-                               _mm512_cvtepi32_epi16(_mm512_srli_epi32(
-                                   _mm512_castps_si512(round_bf16_ps(hist[j])), 16)));
+      _mm256_mask_storeu_epi16(conv_state + j * channels + c0, m, encode_bf16_16(hist[j]));
   }
 }
 
