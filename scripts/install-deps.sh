@@ -15,6 +15,7 @@ packages=(
   # finds an rsh agent (ssh), which openmpi-bin only recommends.
   libopenmpi-dev openmpi-bin openssh-client
   python3 python3-torch python3-numpy
+  python3-pil  # the vision reference resizes with Pillow, as the published processors do
   nodejs npm
 )
 
