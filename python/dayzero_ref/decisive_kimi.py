@@ -29,6 +29,13 @@ has a margin far above BF16 rounding, while every block still contributes measur
   argmax at each position is a fixed successor of the current token with a margin of several logit
   units. The successor of a regular id (< number of BPE ranks) is again a regular id, so greedy
   generation from a regular prompt never emits a special token.
+- Vision (K3, `shape_projector`): the projector's last linear makes every image token look like
+  one regular token with noise: its rows for coordinate 0 and the code coordinates are constants
+  (+, and a fixed sign per code), which times the GELU output's sum (positive, about 72 ± 10 at
+  the tiny sizes) give the token structure with a wide margin; the free rows are that token's
+  embedding over the same sum plus noise of relative size IMAGE_NOISE. The post-norm removes the
+  sum's scale. Image positions then route and take their argmax as decisively as text ones, while
+  their embeddings still differ from image to image and from patch to patch.
 """
 
 import torch
@@ -48,6 +55,9 @@ ROUTER_NOISE = 0.3
 RES_QUERY = 0.75
 K3_FAST_DT_LOW = 2.0
 LM_HEAD_GAIN = 16.0
+IMAGE_TOKEN = 300  # the regular token an image token resembles
+IMAGE_NOISE = 0.3
+GELU_SUM = 72.0  # E[Σ gelu(z)] over 256 channels of z ~ N(0, 1): 256 · 0.282
 
 
 def _gen(seed, salt):
@@ -120,3 +130,16 @@ def _shape_moe(c, w, p, seed, layer):
         for e in range(num_experts):
             _scale_rows(w[f"{p}experts.{e}.w2.weight"], EXPERT_OUT_SCALE)
     _scale_rows(w[p + "shared_experts.down_proj.weight"], EXPERT_OUT_SCALE)
+
+
+def shape_projector(text_config, w, seed, prefix):
+    """Rewrites mm_projector.proj.2 and post_norm (after shape_weights, which set the embedding)."""
+    emb = w[prefix + "model.embed_tokens.weight"]
+    proj = w["mm_projector.proj.2.weight"]
+    rows, cols = proj.shape
+    g = _gen(seed, 0x56495349)
+    target = emb[IMAGE_TOKEN].clone()
+    proj.copy_(target[:, None].expand(rows, cols) / GELU_SUM)
+    noise = torch.randn((rows, cols), generator=g) * (IMAGE_NOISE / (cols * 0.425) ** 0.5)
+    proj[NUM_STRUCTURED:] += noise[NUM_STRUCTURED:]
+    w["mm_projector.post_norm.weight"].fill_(1.0)

@@ -108,11 +108,11 @@ class HybridReference(kimi.KimiReference):
             return self._kda(layer_id, p, x, taps)
         return self._mla(p, x, taps, layer_id, self._forced)
 
-    def final_hidden(self, token_ids, taps=None, forced=None):
+    def final_hidden(self, token_ids, taps=None, forced=None, input_embeds=None):
         # KimiReference does not pass `forced` to the mixer; keep it for the indexer.
         self._forced = forced
         try:
-            return super().final_hidden(token_ids, taps, forced)
+            return super().final_hidden(token_ids, taps, forced, input_embeds)
         finally:
             self._forced = None
 

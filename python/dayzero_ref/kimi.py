@@ -40,6 +40,10 @@ reference-only routing_ids [T,k], routing_weights [T,k] (float, rank order), lat
 `forced` maps (layer_id, "routing_ids") -> int [T, k] (weights recomputed from the unbiased scores)
 and optionally (layer_id, "routing_weights") -> float [T, k]: that routing replaces the layer's own
 (operator-level comparison through discrete decisions, docs/models.md §8.1).
+
+`input_embeds` (positions, rows [n, d]) replaces the embedding rows at those positions, in order
+(rounded to BF16, as a BF16 model holds inputs_embeds): K3 image embeddings (dayzero_ref.vision) at
+the <|media_pad|> positions, media_positions(token_ids).
 """
 
 import argparse
@@ -445,13 +449,37 @@ class KimiReference(ReferenceBase):
 
     # ------------------------------------------------------------ entry points
 
-    def final_hidden(self, token_ids, taps=None, forced=None):
+    def media_positions(self, token_ids):
+        """Positions of the media placeholder id (<|media_pad|>, the top-level config's
+        media_placeholder_token_id) in token_ids, in order."""
+        pad = self.top_config.get("media_placeholder_token_id")
+        if pad is None:
+            raise ValueError("config.json has no media_placeholder_token_id")
+        return [i for i, t in enumerate(token_ids) if int(t) == int(pad)]
+
+    def _embed(self, ids, input_embeds):
+        x = self.w[self.prefix + "model.embed_tokens.weight"][ids]
+        if input_embeds is None:
+            return x
+        positions, rows = input_embeds
+        positions = torch.as_tensor([int(p) for p in positions], dtype=torch.int64)
+        rows = torch.as_tensor(rows, dtype=torch.float32)
+        if tuple(rows.shape) != (positions.numel(), x.shape[1]):
+            raise ValueError(f"input_embeds: rows {list(rows.shape)} for {positions.numel()} "
+                             f"positions, hidden size {x.shape[1]}")
+        if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= x.shape[0]
+                                  or positions.unique().numel() != positions.numel()):
+            raise ValueError(f"input_embeds: positions must be distinct and in [0, {x.shape[0]})")
+        x[positions] = formats.round_to_bf16(rows)
+        return x
+
+    def final_hidden(self, token_ids, taps=None, forced=None, input_embeds=None):
         """The final-norm output [T, d] (BF16-valued)."""
         ids = self._check_ids(token_ids)
         if ids.numel() == 0:
             raise ValueError("empty token list")
         pm = self.prefix + "model."
-        x = self.w[pm + "embed_tokens.weight"][ids]
+        x = self._embed(ids, input_embeds)
         if self.attn_res_block:
             bank = []
             for layer_id in range(self.num_layers):
@@ -466,9 +494,10 @@ class KimiReference(ReferenceBase):
         self._tap(taps, GLOBAL_LAYER, "final_norm", final)
         return final
 
-    def forward(self, token_ids, taps=None, forced=None):
-        """FP32 logits [T, V] of a prefill of token_ids from position 0."""
-        final = self.final_hidden(token_ids, taps, forced)
+    def forward(self, token_ids, taps=None, forced=None, input_embeds=None):
+        """FP32 logits [T, V] of a prefill of token_ids from position 0 (input_embeds: see the
+        module docstring)."""
+        final = self.final_hidden(token_ids, taps, forced, input_embeds=input_embeds)
         logits = self._linear(final, self.prefix + "lm_head.weight")
         self._tap(taps, GLOBAL_LAYER, "logits", logits)
         return logits

@@ -6,7 +6,7 @@
 ARCH is deepseek_v32, kimi_linear, kimi_k3 or dayzero_hybrid. OUTDIR receives config.json
 (published field names and nesting), generation_config.json, the tokenizer files, and the
 weights: model.safetensors, or shards plus model.safetensors.index.json (kimi_k3 by default, any
-arch with --shard-bytes).
+arch with --shard-bytes); for kimi_k3 also preprocessor_config.json (the image processor's config).
 
 Weights (docs/models.md §8), N(mean, variance): projections N(0, 1/in); norm weights 1 + N(0, 0.1); router
 bias N(0, 0.5); embeddings N(0, 1); KDA A_log spread evenly over [0, ln 16] across heads and dt_bias
@@ -25,7 +25,11 @@ Choices not pinned by docs/models.md §8 (also in the report that introduced thi
 - The Kimi tokenizer has 256 special ids after its ranks, so vocab 512 cannot hold a BPE with merges;
   the Kimi tiny models use 512 ranks + 256 specials = vocab_size 768.
 - KDA low-rank gates have rank head_dim (32), as in the published modeling code, not 16.
-- kimi_k3-tiny has no vision tower (and no vision_config).
+- kimi_k3-tiny has a tiny K3 vision tower (top-level vision_config, K3 field names: D 64, 2 blocks,
+  2 heads of 64, MLP 128, an 8x8 position table, PatchMergerMLPV2 to the text width) and a
+  preprocessor_config.json (in_patch_limit 96, at most 16 patches a side, the K3 chessboard
+  background); the vision tensors are plain draws (the conv N(0, 1/588), pos_emb 0.3·N(0, 1)),
+  outside the decisive structure, so the text weights are those of a checkpoint without them.
 """
 
 import argparse
@@ -45,7 +49,8 @@ ARCHS = ("deepseek_v32", "kimi_linear", "kimi_k3", "dayzero_hybrid")
 # One stored tensor: `kind` says how it is drawn, `dtype` the published safetensors tag.
 # kind: "linear" (logical [out, in]; fp8 → F8_E4M3 + weight_scale_inv, mxfp4 → weight_packed +
 # weight_scale), "norm", "embed", "bias" (router correction bias), "small" (N(0, 0.1): LayerNorm bias),
-# "conv", "a_log", "dt_bias".
+# "conv" (N(0, 1/fan_in), fan_in = all but the first dim), "pos_emb" (0.3·N(0, 1)), "a_log",
+# "dt_bias".
 Entry = namedtuple("Entry", "name shape kind dtype")
 
 KIMI_NUM_RANKS = 512
@@ -123,7 +128,33 @@ def kimi_k3_config():
         "architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3",
         "text_config": text, "media_placeholder_token_id": KIMI_NUM_RANKS + 21,
         "pad_token_id": 0, "eos_token_id": KIMI_NUM_RANKS + 2, "tie_word_embeddings": False,
+        "vision_config": k3_vision_config(text["hidden_size"]),
     }
+
+
+def k3_vision_config(text_hidden_size):
+    """The K3 vision_config fields (published names and options) at tiny sizes."""
+    return {
+        "patch_size": 14, "vt_hidden_size": 64, "vt_num_hidden_layers": 2,
+        "vt_num_attention_heads": 2, "qkv_hidden_size": 128, "vt_intermediate_size": 128,
+        "init_pos_emb_height": 8, "init_pos_emb_width": 8, "init_pos_emb_time": 4,
+        "pos_emb_type": "divided_fixed", "pos_emb_interpolation_mode": "bilinear",
+        "norm_type": "rmsnorm", "attn_bias": False, "linear_bias": False,
+        "patch_embed_proj_bias": False, "activation_func": "gelu_pytorch_tanh", "mlp_type": "mlp2",
+        "merge_kernel_size": [2, 2], "merge_type": "sd2_tpool",
+        "mm_projector_type": "patchmergerv2", "projector_hidden_act": "gelu", "mm_hidden_size": 64,
+        "text_hidden_size": text_hidden_size, "projector_ln_eps": 1e-05,
+    }
+
+
+# The K3 processor's media_proc_cfg (published field names), at the tiny tower's sizes.
+K3_TINY_PREPROCESSOR = {"media_proc_cfg": {
+    "patch_size": 14, "merge_kernel_size": 2, "in_patch_limit": 96, "patch_limit_on_one_side": 16,
+    "fixed_output_tokens": None, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+    "transparent_bg_config": {"pattern": "chessboard", "chessboard_square_size": 8,
+                              "chessboard_square_on_top_left": True,
+                              "chessboard_white_value": 255, "chessboard_gray_value": 180},
+    "transparent_bg_fill_stage": "after_resize"}}
 
 
 def mxfp4_experts_config(extra_ignore=()):
@@ -322,6 +353,30 @@ def kimi_layout(c, prefix=""):
     return out
 
 
+def vision_layout(vc):
+    """Kimi-K3's vision tower and PatchMergerMLPV2 projector (no biases, RMSNorm weights)."""
+    d, q, inter, p = (vc["vt_hidden_size"], vc["qkv_hidden_size"], vc["vt_intermediate_size"],
+                      vc["patch_size"])
+    merged = vc["mm_hidden_size"] * math.prod(vc["merge_kernel_size"])
+    t = "vision_tower."
+    out = [Entry(t + "patch_embed.proj.weight", (d, 3, p, p), "conv", "BF16"),
+           Entry(t + "patch_embed.pos_emb.weight",
+                 (vc["init_pos_emb_height"], vc["init_pos_emb_width"], d), "pos_emb", "BF16")]
+    for i in range(vc["vt_num_hidden_layers"]):
+        b = f"{t}encoder.blocks.{i}."
+        out += [Entry(b + "norm0.weight", (d,), "norm", "BF16"),
+                Entry(b + "norm1.weight", (d,), "norm", "BF16"),
+                Entry(b + "wqkv.weight", (3 * q, d), "linear", "BF16"),
+                Entry(b + "wo.weight", (d, q), "linear", "BF16"),
+                Entry(b + "mlp.fc0.weight", (inter, d), "linear", "BF16"),
+                Entry(b + "mlp.fc1.weight", (d, inter), "linear", "BF16")]
+    return out + [Entry(t + "encoder.final_layernorm.weight", (d,), "norm", "BF16"),
+                  Entry("mm_projector.proj.0.weight", (merged, merged), "linear", "BF16"),
+                  Entry("mm_projector.proj.2.weight", (vc["text_hidden_size"], merged), "linear",
+                        "BF16"),
+                  Entry("mm_projector.post_norm.weight", (vc["text_hidden_size"],), "norm", "BF16")]
+
+
 def layout(arch, config):
     """The logical tensors of a tiny checkpoint, in generation order."""
     if arch == "deepseek_v32":
@@ -345,7 +400,9 @@ def _draw(entry, seed, kda_heads):
     if entry.kind == "linear":
         return torch.randn(shape, generator=g) * math.sqrt(1.0 / shape[-1])
     if entry.kind == "conv":
-        return torch.randn(shape, generator=g) * math.sqrt(1.0 / shape[-1])
+        return torch.randn(shape, generator=g) * math.sqrt(1.0 / math.prod(shape[1:]))
+    if entry.kind == "pos_emb":
+        return torch.randn(shape, generator=g) * 0.3
     if entry.kind == "norm":
         return 1.0 + torch.randn(shape, generator=g) * math.sqrt(0.1)
     if entry.kind == "embed":
@@ -379,6 +436,12 @@ def weights(arch, config, seed, decisive=True):
     elif decisive:
         prefix = "language_model." if arch == "kimi_k3" else ""
         decisive_kimi.shape_weights(text, logical, seed, prefix, KIMI_NUM_RANKS)
+    if arch == "kimi_k3" and config.get("vision_config"):  # drawn after (and outside) the shaping
+        vision = vision_layout(config["vision_config"])
+        logical.update({e.name: _draw(e, seed, kda_heads) for e in vision})
+        entries = entries + vision
+        if decisive:
+            decisive_kimi.shape_projector(text, logical, seed, "language_model.")
     tensors = {}
     for e in entries:
         w = logical[e.name]
@@ -433,6 +496,10 @@ def make_tiny(arch, out_dir, seed=0, shard_bytes=None, decisive=True, overrides=
         tokenizer_gen.write_hf_tokenizer(out_dir, config["vocab_size"], seed=seed)
     else:
         tokenizer_gen.write_tiktoken_tokenizer(out_dir, KIMI_NUM_RANKS, seed=seed)
+    if arch == "kimi_k3" and config.get("vision_config"):
+        with open(os.path.join(out_dir, "preprocessor_config.json"), "w", encoding="utf-8") as f:
+            json.dump(K3_TINY_PREPROCESSOR, f, indent=2)
+            f.write("\n")
     tensors = weights(arch, config, seed, decisive)
     metadata = {"format": "pt"}
     if shard_bytes is None and arch == "kimi_k3":

@@ -193,9 +193,59 @@ class MakeTinyTest(unittest.TestCase):
             self.expect(a, p + f"{i}.self_attention_res_proj.weight", "BF16", [1, 128])
             self.expect(a, p + f"{i}.mlp_res_norm.weight", "BF16", [128])
         self.assertFalse(any(n.startswith("model.") for n in self.tensors[a]))
-        self.assertFalse(any(n.startswith("vision_tower.") for n in self.tensors[a]))
+        v = "vision_tower."
+        self.expect(a, v + "patch_embed.proj.weight", "BF16", [64, 3, 14, 14])
+        self.expect(a, v + "patch_embed.pos_emb.weight", "BF16", [8, 8, 64])
+        for i in range(2):
+            b = f"{v}encoder.blocks.{i}."
+            self.expect(a, b + "norm0.weight", "BF16", [64])
+            self.expect(a, b + "norm1.weight", "BF16", [64])
+            self.expect(a, b + "wqkv.weight", "BF16", [384, 64])
+            self.expect(a, b + "wo.weight", "BF16", [64, 128])
+            self.expect(a, b + "mlp.fc0.weight", "BF16", [128, 64])
+            self.expect(a, b + "mlp.fc1.weight", "BF16", [64, 128])
+        self.expect(a, v + "encoder.final_layernorm.weight", "BF16", [64])
+        self.expect(a, "mm_projector.proj.0.weight", "BF16", [256, 256])
+        self.expect(a, "mm_projector.proj.2.weight", "BF16", [128, 256])
+        self.expect(a, "mm_projector.post_norm.weight", "BF16", [128])
+        self.assertEqual(len([n for n in self.tensors[a]
+                              if n.startswith((v, "mm_projector."))]), 18)
+        vc = c["vision_config"]
+        self.assertEqual((vc["vt_hidden_size"], vc["qkv_hidden_size"], vc["text_hidden_size"],
+                          vc["mm_projector_type"], vc["norm_type"]),
+                         (64, 128, 128, "patchmergerv2", "rmsnorm"))
+        proc = json.loads(read_text(os.path.join(self.dirs[a], "preprocessor_config.json")))
+        self.assertEqual(proc, make_tiny.K3_TINY_PREPROCESSOR)
+        self.assertEqual(proc["media_proc_cfg"]["transparent_bg_fill_stage"], "after_resize")
+        for arch in ("deepseek_v32", "kimi_linear", "dayzero_hybrid"):
+            self.assertNotIn("vision_config", self.configs[arch])
+            self.assertFalse(os.path.exists(os.path.join(self.dirs[arch],
+                                                         "preprocessor_config.json")))
         a_log = st.to_torch(self.tensors[a][p + "0.self_attn.A_log"])
         self.assertTrue(torch.all(a_log[4:] == 0))  # padded: only the first num_heads used
+
+    def test_kimi_k3_vision_draws(self):
+        # Drawn after the text's decisive shaping: the text tensors are those of a checkpoint
+        # without vision_config, byte for byte; the tower's draws have the §8 spreads; the
+        # projector's last linear and post-norm are shaped (decisive_kimi.shape_projector).
+        config = make_tiny.kimi_k3_config()
+        with_vision = make_tiny.weights("kimi_k3", config, seed=3)
+        del config["vision_config"]
+        text_only = make_tiny.weights("kimi_k3", config, seed=3)
+        self.assertEqual({n: r.data for n, r in with_vision.items() if n in text_only},
+                         {n: r.data for n, r in text_only.items()})
+        self.assertEqual(len(with_vision) - len(text_only), 18)
+        t = self.tensors["kimi_k3"]
+        rms = lambda name: st.to_torch(t[name]).float().pow(2).mean().sqrt().item()  # noqa: E731
+        self.assertAlmostEqual(rms("vision_tower.patch_embed.proj.weight"), 588 ** -0.5,
+                               delta=0.003)
+        self.assertAlmostEqual(rms("vision_tower.patch_embed.pos_emb.weight"), 0.3, delta=0.02)
+        self.assertAlmostEqual(rms("mm_projector.proj.0.weight"), 256 ** -0.5, delta=0.003)
+        self.assertTrue(torch.all(st.to_torch(t["mm_projector.post_norm.weight"]).float() == 1))
+        # Coordinate 0 and the codes: constant rows (the image token's structure over Σ gelu).
+        proj = st.to_torch(t["mm_projector.proj.2.weight"]).float()
+        self.assertTrue(torch.all(proj[:17] == proj[:17, :1]))
+        self.assertTrue(torch.all(proj[0] > 0))
 
     def test_kimi_k3_mxfp4_experts_dequantize(self):
         t = self.tensors["kimi_k3"]

@@ -26,6 +26,7 @@
 #include "dayzero/formats/npy.h"
 #include "dayzero/model/hybrid_model.h"
 #include "dayzero/model/verify.h"
+#include "dayzero/model/vision/vision_encoder.h"
 
 extern char** environ;
 
@@ -36,7 +37,8 @@ namespace fs = std::filesystem;
 
 struct VerifyArgs {
   ModelArgs model;
-  std::string token_ids;  // empty: the python side's default decisive prompt
+  std::string token_ids;            // empty: the python side's default decisive prompt
+  std::vector<std::string> images;  // image files, in the order of their placeholders
   std::string python = "/usr/bin/python3";
   // Debug (hidden): run the reference with another cache dtype than the engine's, or read an
   // existing dump instead of running python. The verification tests use them to break agreement.
@@ -93,6 +95,10 @@ Status run_reference_dump(const VerifyArgs& args, const std::string& kv_cache_dt
   if (!args.token_ids.empty()) {
     argv_s.push_back("--token-ids");
     argv_s.push_back(args.token_ids);
+  }
+  for (const std::string& image : args.images) {
+    argv_s.push_back("--image");
+    argv_s.push_back(image);
   }
   std::vector<std::string> env_s;
   for (char** e = environ; *e != nullptr; ++e)
@@ -262,7 +268,7 @@ std::string format_row(const model::VerifyRow& r) {
       count ? fmt::format("{}", static_cast<int64_t>(r.value)) : fmt::format("{:.3e}", r.value);
   const std::string op = r.at_least ? ">=" : (count ? "<=" : "<");
   const std::string tol = fmt::format("{} {:g}", op, r.tolerance);
-  return fmt::format("{:<9} {:>5} {:<16} {:<18} {:>10} {:>9} {}", r.level,
+  return fmt::format("{:<9} {:>5} {:<20} {:<18} {:>10} {:>9} {}", r.level,
                      r.layer_id < 0 ? std::string("-") : std::to_string(r.layer_id), r.quantity,
                      r.metric, value, tol, r.pass ? "PASS" : "FAIL");
 }
@@ -289,6 +295,20 @@ Result<Reference> run_reference(const VerifyArgs& args, const std::string& kv_ca
   return ref;
 }
 
+// The engine's preprocessing of the --image files.
+Result<std::vector<model::ProcessedImage>> process_images(const VerifyArgs& args,
+                                                          const model::CausalLm& model) {
+  std::vector<model::ProcessedImage> images;
+  for (const std::string& path : args.images) {
+    DZ_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
+    Result<model::ProcessedImage> image = model.vision()->process(
+        std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+    if (!image.ok()) return image.status().with_context("--image " + path);
+    images.push_back(std::move(*image));
+  }
+  return images;
+}
+
 Result<int> run(const VerifyArgs& args) {
   // Under a plan every rank runs the comparisons on its own shard, in step (model/verify.h).
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::CausalLm> model, load_shard(args.model));
@@ -306,14 +326,38 @@ Result<int> run(const VerifyArgs& args) {
                           i, model->vocab_size());
   }
   dist::Comm* comm = plan_comm();
+  if (!args.images.empty() && model->vision() == nullptr)
+    return make_error(StatusCode::kInvalidArgument, "--image: {} has no vision tower",
+                      args.model.model_dir);
+  if (!args.images.empty() && comm != nullptr)
+    return make_error(StatusCode::kUnsupported, "--image is verified in one process only");
   const bool leads = comm == nullptr || comm->rank() == 0;
   Result<Reference> mine = leads ? run_reference(args, kv_cache_dtype) : Reference{};
   DZ_ASSIGN_OR_RETURN(const Reference ref,
                       comm != nullptr ? share_reference(*comm, std::move(mine)) : std::move(mine));
 
   const ExecContext ctx = exec_context(args.model);
-  DZ_ASSIGN_OR_RETURN(std::vector<model::VerifyRow> rows,
-                      model::verify_model(ctx, *hybrid, ref.ids, ref.taps, args.model.block_size));
+  std::vector<model::VerifyRow> rows;
+  std::vector<float> embeddings;  // the engine's image embeddings, in placeholder order
+  std::vector<model::GivenEmbedding> given;
+  if (!args.images.empty()) {
+    DZ_ASSIGN_OR_RETURN(std::vector<model::ProcessedImage> images, process_images(args, *model));
+    DZ_ASSIGN_OR_RETURN(rows,
+                        model::verify_vision(ctx, *model->vision(), images, ref.taps, embeddings));
+    const int64_t hidden = model->hidden_size();
+    for (size_t t = 0; t < ref.ids.size(); ++t)
+      if (ref.ids[t] == model->vision()->placeholder_token_id())
+        given.push_back({.token = static_cast<int64_t>(t),
+                         .row = embeddings.data() + static_cast<int64_t>(given.size()) * hidden});
+    if (static_cast<int64_t>(given.size()) * hidden != static_cast<int64_t>(embeddings.size()))
+      return make_error(StatusCode::kInvalidArgument,
+                        "verify: the prompt holds {} image placeholders, the images need {}",
+                        given.size(), static_cast<int64_t>(embeddings.size()) / hidden);
+  }
+  DZ_ASSIGN_OR_RETURN(
+      std::vector<model::VerifyRow> text_rows,
+      model::verify_model(ctx, *hybrid, ref.ids, ref.taps, args.model.block_size, given));
+  rows.insert(rows.end(), text_rows.begin(), text_rows.end());
   if (comm != nullptr) rows = model::worst_over_ranks(*comm, std::move(rows));
   int64_t failed = 0;
   for (const model::VerifyRow& r : rows) failed += r.pass ? 0 : 1;
@@ -321,7 +365,7 @@ Result<int> run(const VerifyArgs& args) {
   std::printf("verify %s: %zu tokens, kv cache %s%s\n", args.model.model_dir.c_str(),
               ref.ids.size(), kv_cache_dtype.c_str(),
               comm != nullptr ? ", worst rank of each row" : "");
-  std::printf("%-9s %5s %-16s %-18s %10s %9s %s\n", "level", "layer", "quantity", "metric", "value",
+  std::printf("%-9s %5s %-20s %-18s %10s %9s %s\n", "level", "layer", "quantity", "metric", "value",
               "tolerance", "result");
   for (const model::VerifyRow& r : rows) std::printf("%s\n", format_row(r).c_str());
   std::printf("%zu rows, %lld failed\n", rows.size(), static_cast<long long>(failed));
@@ -338,6 +382,9 @@ RunCommand add_verify_command(CLI::App& app) {
   add_parallel_options(*command, args->model.parallel);
   command->add_option("--token-ids", args->token_ids,
                       "comma-separated token ids (default: the reference's decisive test prompt)");
+  command->add_option("--image", args->images,
+                      "an image file for the vision tower (repeatable; the prompt must hold its "
+                      "placeholders, or by default each image's come first)");
   command->add_option("--python", args->python, "interpreter with torch and numpy")
       ->capture_default_str();
   command->add_option("--reference-kv-cache-dtype", args->reference_kv_cache_dtype)

@@ -194,6 +194,20 @@ Result<std::vector<int64_t>> ConfigObject::required_positive_int_list(std::strin
   return out;
 }
 
+Result<std::vector<double>> ConfigObject::optional_number_list(std::string_view key) const {
+  const json* value = find(key);
+  if (value == nullptr) return std::vector<double>();
+  if (!value->is_array()) return type_error(key, "a list of numbers");
+  std::vector<double> out;
+  for (size_t i = 0; i < value->size(); ++i) {
+    if (!(*value)[i].is_number())
+      return field_error(fmt::format("{}[{}]", key, i),
+                         fmt::format("expected a number, found {}", json_excerpt((*value)[i])));
+    out.push_back((*value)[i].get<double>());
+  }
+  return out;
+}
+
 Result<std::vector<std::string>> ConfigObject::optional_string_list(std::string_view key) const {
   const json* value = find(key);
   if (value == nullptr) return std::vector<std::string>();

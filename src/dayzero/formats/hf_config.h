@@ -52,6 +52,8 @@ class ConfigObject {
   Result<std::optional<std::string>> optional_string(std::string_view key) const;
   // A list of integers, each checked positive ("kda_layers[3]" names a bad element).
   Result<std::vector<int64_t>> required_positive_int_list(std::string_view key) const;
+  // A list of numbers; absent or null gives an empty list.
+  Result<std::vector<double>> optional_number_list(std::string_view key) const;
   // A list of strings; absent or null gives an empty list.
   Result<std::vector<std::string>> optional_string_list(std::string_view key) const;
   Result<ConfigObject> required_object(std::string_view key) const;

@@ -60,7 +60,7 @@ struct Size {
 // "unknown image type"); nothing when the header is cut short.
 std::optional<Size> declared_size(std::span<const uint8_t> b, std::string_view container) {
   if (container == "PNG") {  // IHDR first: width, height as big-endian u32
-    if (b.size() < 24) return std::nullopt;
+    if (b.size() < 26) return std::nullopt;
     return Size{big_endian(b, 16, 4), big_endian(b, 20, 4)};
   }
   if (container == "GIF") {  // logical screen: little-endian u16 width, height
@@ -126,7 +126,11 @@ Result<DecodedImage> decode_image(std::span<const uint8_t> bytes, const ImageLim
   if (stbi_info_from_memory(bytes.data(), size, &width, &height, &channels) == 0)
     return make_error(StatusCode::kInvalidArgument, "corrupt {} header: {}", container,
                       stbi_failure_reason());
-  const int wanted = channels == 2 || channels == 4 ? 4 : 3;
+  // PNG colour type (IHDR byte 25) and bit depth (24): RGB stays RGB even with a tRNS chunk.
+  const uint8_t png_colour_type = container == "PNG" ? bytes[25] : uint8_t{0};
+  const uint8_t png_bit_depth = container == "PNG" ? bytes[24] : uint8_t{0};
+  const bool png_rgb = container == "PNG" && png_colour_type == 2;
+  const int wanted = (channels == 2 || channels == 4) && !png_rgb ? 4 : 3;
   int got_w = 0;
   int got_h = 0;
   int file_channels = 0;
@@ -134,7 +138,14 @@ Result<DecodedImage> decode_image(std::span<const uint8_t> bytes, const ImageLim
   if (data == nullptr)
     return make_error(StatusCode::kInvalidArgument, "cannot decode the {} image ({}x{}): {}",
                       container, w, h, stbi_failure_reason());
-  DecodedImage image{.width = got_w, .height = got_h, .channels = wanted, .pixels = {}};
+  // BMP: bits per pixel at 28; 8 or fewer index a palette (Pillow's mode "P", or "1").
+  const bool bmp_palette =
+      container == "BMP" && bytes.size() >= 30 && little_endian(bytes, 28, 2) <= 8;
+  const bool indexed = container == "GIF" || bmp_palette ||
+                       (container == "PNG" && png_colour_type == 3) ||
+                       (container == "PNG" && png_colour_type == 0 && png_bit_depth == 1);
+  DecodedImage image{
+      .width = got_w, .height = got_h, .channels = wanted, .pixels = {}, .indexed = indexed};
   image.pixels.assign(data, data + static_cast<size_t>(got_w) * static_cast<size_t>(got_h) *
                                        static_cast<size_t>(wanted));
   stbi_image_free(data);

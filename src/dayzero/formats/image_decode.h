@@ -17,6 +17,9 @@ struct DecodedImage {
   int64_t height = 0;
   int channels = 0;             // 3 (RGB) or 4 (RGBA: the file had an alpha channel)
   std::vector<uint8_t> pixels;  // [height, width, channels], row-major
+  // The file stores palette indices or 1-bit pixels (every GIF; PNG colour type 3 or 1-bit grey):
+  // Pillow opens those as modes "P" / "1" and resizes them with nearest neighbour.
+  bool indexed = false;
 };
 
 struct ImageLimits {
@@ -26,7 +29,9 @@ struct ImageLimits {
   int64_t min_side = 14;                   // smaller than one vision patch carries nothing
 };
 
-// Decodes `bytes`; grayscale becomes RGB, grey + alpha becomes RGBA. kInvalidArgument names what
+// Decodes `bytes`; grayscale becomes RGB, grey + alpha becomes RGBA. Alpha is kept where Pillow
+// sees transparency: an alpha channel, or a tRNS chunk on a palette or grey PNG (on an RGB PNG
+// Pillow keeps RGB, and so does this). kInvalidArgument names what
 // is wrong: not an image, a format stb cannot read (WebP, TIFF, ...), a size outside the limits,
 // a truncated or corrupt file.
 Result<DecodedImage> decode_image(std::span<const uint8_t> bytes, const ImageLimits& limits = {});

@@ -143,4 +143,32 @@ PixelImage resize_bicubic(const PixelImage& in, int64_t out_width, int64_t out_h
   return im;
 }
 
+PixelImage resize_nearest(const PixelImage& in, int64_t out_width, int64_t out_height) {
+  DZ_CHECK(out_width >= 1 && out_height >= 1 && in.width >= 1 && in.height >= 1,
+           "resize_nearest: {}x{} to {}x{}", in.width, in.height, out_width, out_height);
+  if (out_width == in.width && out_height == in.height) return in;
+  auto sources = [](int64_t in_size, int64_t out_size) {
+    const double step = static_cast<double>(in_size) / static_cast<double>(out_size);
+    std::vector<int64_t> from(static_cast<size_t>(out_size));
+    double at = step * 0.5;
+    for (int64_t& f : from) {
+      f = std::min(static_cast<int64_t>(at), in_size - 1);
+      at += step;
+    }
+    return from;
+  };
+  const std::vector<int64_t> xs = sources(in.width, out_width);
+  const std::vector<int64_t> ys = sources(in.height, out_height);
+  const int c = in.channels;
+  PixelImage out{.width = out_width, .height = out_height, .channels = c, .pixels = {}};
+  out.pixels.resize(static_cast<size_t>(out_width * out_height * c));
+  for (int64_t y = 0; y < out_height; ++y)
+    for (int64_t x = 0; x < out_width; ++x)
+      for (int ch = 0; ch < c; ++ch)
+        out.pixels[static_cast<size_t>((y * out_width + x) * c + ch)] =
+            in.pixels[static_cast<size_t>(
+                (ys[static_cast<size_t>(y)] * in.width + xs[static_cast<size_t>(x)]) * c + ch)];
+  return out;
+}
+
 }  // namespace dz::kernels

@@ -21,4 +21,8 @@ struct PixelImage {
 // `in` resized to out_width × out_height (both ≥ 1). A side of unchanged length is not filtered.
 PixelImage resize_bicubic(const PixelImage& in, int64_t out_width, int64_t out_height);
 
+// Pillow's NEAREST (which it forces for palette images): output pixel x reads input pixel
+// trunc(s/2 + x·s), s = in/out, the position accumulated by repeated addition as Pillow does.
+PixelImage resize_nearest(const PixelImage& in, int64_t out_width, int64_t out_height);
+
 }  // namespace dz::kernels

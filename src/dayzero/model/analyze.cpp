@@ -210,7 +210,9 @@ void list_requirements(const Architecture& arch, const std::string& refusal,
   }
   need(fmt::format("weights: {}", arch.quantization().describe()), true, "");
   if (root.has("vision_config") || out.summary.by_component.contains("vision")) {
-    need("vision tower (images in)", false, "text only: the tower's tensors are accepted, not run");
+    need("vision tower (images in)", d.vision_layers > 0,
+         d.vision_layers > 0 ? fmt::format("MoonViT, {} blocks", d.vision_layers)
+                             : "text only: the tower's tensors are accepted, not run");
   }
   const char* under_mpirun = "every command that runs the model, under mpirun";
   if (plan.tp > 1)

@@ -65,6 +65,8 @@ struct ModelDims {
   int64_t routed_hidden_size = 0;
   int64_t num_expert_groups = 1;
   int64_t topk_groups = 1;
+  // A vision tower the engine runs (K3's MoonViT): its blocks; 0 without one.
+  int64_t vision_layers = 0;
 };
 
 class Architecture {

@@ -22,6 +22,8 @@
 
 namespace dz::model {
 
+class VisionEncoder;
+
 struct ModelOptions {
   // MLA latent cache storage; nullopt: the recipe's default (deepseek_v32 fp8, Kimi bf16).
   std::optional<kernels::KvCacheDtype> kv_cache_dtype;
@@ -68,6 +70,10 @@ class CausalLm {
     (void)cache;
     return Status::ok_status();
   }
+
+  // Images (docs/vision.md): the processor and tower of a model that takes them; null otherwise.
+  // Their embeddings enter forward() as the batch's given_embeddings.
+  virtual const VisionEncoder* vision() const { return nullptr; }
 
   // Multi-token prediction (DeepSeek MTP, docs/models.md §7.1): whether a head predicts token t+2.
   virtual bool has_mtp() const { return false; }

@@ -30,6 +30,13 @@ struct SequenceSlice {
   int64_t num_cached_after() const { return pos_begin + num_tokens; }
 };
 
+// A token whose input embedding is given rather than looked up: an image embedding at a
+// placeholder position (docs/vision.md §4). `row` holds hidden_size BF16-valued floats.
+struct GivenEmbedding {
+  int64_t token = 0;  // index into the batch's tokens
+  const float* row = nullptr;
+};
+
 struct ForwardBatch {
   std::span<const int32_t> token_ids;     // [num_tokens]
   std::span<const int32_t> positions;     // [num_tokens], pos_begin + i within each sequence
@@ -39,6 +46,8 @@ struct ForwardBatch {
   // Context parallelism: this rank's part of a step its CP group shares (the blocks gather the
   // cache rows and KDA summaries of the other ranks' pieces through it); null otherwise.
   const ContextSplit* context = nullptr;
+  // Embedding rows that replace the table's for some tokens (images); empty for text.
+  std::span<const GivenEmbedding> given_embeddings{};
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   // Decode: every sequence advances by exactly one token.

@@ -163,6 +163,13 @@ Status HybridModel::check_batch(const ForwardBatch& batch, const KvCache& cache)
                         "token id {} at index {} is outside the vocabulary [0, {})", id, i,
                         parts_.vocab_size);
   }
+  for (const GivenEmbedding& given : batch.given_embeddings)
+    if (given.token < 0 || given.token >= num_tokens || given.row == nullptr)
+      return make_error(StatusCode::kInvalidArgument, "batch: a given embedding for token {} of {}",
+                        given.token, num_tokens);
+  if (!batch.given_embeddings.empty() && context_parallel())
+    return make_error(StatusCode::kUnsupported,
+                      "images are not supported under context parallelism");
   int64_t covered = 0;
   std::vector<int32_t> state_slots;
   for (const SequenceSlice& seq : batch.sequences) {
@@ -288,6 +295,8 @@ void HybridModel::run_layers(const ExecContext& ctx, const ForwardBatch& batch, 
     return;
   }
   embed(parts_.embed_tokens, batch.token_ids, out);
+  for (const GivenEmbedding& given : batch.given_embeddings)
+    std::copy(given.row, given.row + d, out + given.token * d);
   if (!has_attn_res()) {
     for (const DecoderLayer& layer : parts_.layers) run_plain(ctx, layer, batch, cache, out, taps);
     return;

@@ -16,6 +16,7 @@
 #include "dayzero/model/context_parallel.h"
 #include "dayzero/model/decoder_layer.h"
 #include "dayzero/model/mtp_layer.h"
+#include "dayzero/model/vision/vision_encoder.h"
 #include "dayzero/model/weight_loader.h"
 
 namespace dz::model {
@@ -32,6 +33,7 @@ struct HybridModelParts {
   kernels::LinearWeight lm_head;                    // [vocab, d]
   std::vector<DecoderLayer> layers;                 // main layers, in order
   std::unique_ptr<MtpLayer> mtp;                    // null without an MTP head
+  std::unique_ptr<VisionEncoder> vision;            // null without a vision tower
   // AttnRes: the final mix's folded query [d]; empty without AttnRes. With it every layer must
   // carry its two queries.
   std::vector<float> final_attn_res_query;
@@ -59,6 +61,7 @@ class HybridModel : public CausalLm {
 
   int64_t vocab_size() const override { return parts_.vocab_size; }
   int64_t hidden_size() const override { return parts_.hidden_size; }
+  const VisionEncoder* vision() const override { return parts_.vision.get(); }
   std::vector<LayerCacheSpec> cache_layers() const override;
   // Under context parallelism each CP rank stores the blocks b with b % C == its CP rank.
   BlockShard cache_shard() const override;

@@ -52,12 +52,14 @@ TEST(Registry, MapsModelTypesToRecipes) {
   ASSERT_NE(k3, nullptr);
   EXPECT_EQ(k3->recipe_name(), "kimi_linear");
   EXPECT_EQ(k3->model_type(), "kimi_k3");
-  // K3 tensors carry the language_model. prefix; the vision tower is read from the checkpoint.
+  // K3's text tensors carry the language_model. prefix; its vision tower sits at the top.
   TensorTable table = k3->tensor_table();
   EXPECT_NE(table.find("language_model.model.embed_tokens.weight"), nullptr);
   EXPECT_NE(table.find("language_model.lm_head.weight"), nullptr);
   EXPECT_EQ(table.find("model.embed_tokens.weight"), nullptr);
-  EXPECT_EQ(k3->unchecked_prefixes().size(), 2u);
+  EXPECT_NE(table.find("vision_tower.encoder.blocks.26.wqkv.weight"), nullptr);
+  EXPECT_NE(table.find("mm_projector.post_norm.weight"), nullptr);
+  EXPECT_TRUE(k3->unchecked_prefixes().empty());
 }
 
 TEST(Registry, RefusesUnknownModelTypeListingSupportedOnes) {
@@ -127,14 +129,21 @@ TEST(Registry, DeepseekV32ParameterTotalsMatchPublished) {
 TEST(Registry, KimiK3ParameterTotalsMatchPublished) {
   auto arch = parse_ok(real_config("kimi_k3"));
   ModelSummary s = summarize_architecture(*arch);
-  // docs/models.md §7.3.3: routed 2.72T, non-expert 56.7B, total 2.78T, active 104B. Tolerance 0.5%
-  // (figures given to three digits).
+  // docs/models.md §7.3.3: routed 2.72T, non-expert 56.7B, total 2.78T, active 104B for the text
+  // model. Tolerance 0.5% (figures given to three digits).
   int64_t routed = s.by_component.at("routed_experts").num_params;
   EXPECT_EQ(routed, 92LL * 896 * 3 * 3584 * 3072);
+  // The vision tower and projector (docs/vision.md §3): patch embedding, position table, 27 blocks
+  // (two norms, wqkv, wo, fc0, fc1), final norm; projector 4096² + 7168 × 4096 and its norm.
+  const int64_t block = 2 * 1024 + 4608 * 1024 + 1024 * 1536 + 2 * 4096 * 1024;
+  const int64_t vision =
+      1024 * 588 + 64 * 64 * 1024 + 27 * block + 1024 + 4096LL * 4096 + 7168 * 4096 + 7168;
+  EXPECT_EQ(s.by_component.at("vision").num_params, vision);
+  const int64_t text = s.total_params - vision;
   expect_near_relative(static_cast<double>(routed), 2.72e12, 0.005, "routed");
-  expect_near_relative(static_cast<double>(s.total_params - routed), 56.7e9, 0.005, "non-expert");
-  expect_near_relative(static_cast<double>(s.total_params), 2.78e12, 0.005, "total");
-  expect_near_relative(static_cast<double>(s.active_params), 104e9, 0.005, "active");
+  expect_near_relative(static_cast<double>(text - routed), 56.7e9, 0.005, "non-expert");
+  expect_near_relative(static_cast<double>(text), 2.78e12, 0.005, "total");
+  expect_near_relative(static_cast<double>(s.active_params - vision), 104e9, 0.005, "active");
   EXPECT_EQ(s.mtp_params, 0);
   // MXFP4: packed bytes are half the parameters, one E8M0 scale byte per 32.
   EXPECT_EQ(s.by_dtype.at("U8").num_params, routed);

@@ -7,6 +7,7 @@
 
 #include "dayzero/kernels/norms.h"
 #include "dayzero/model/kv_cache.h"
+#include "dayzero/model/vision/vision_encoder.h"
 
 namespace dz::model {
 
@@ -347,7 +348,8 @@ TapMap rows_of_split(const TapMap& ref, const ContextSplit& split, int64_t T) {
 
 Result<std::vector<VerifyRow>> verify_model(const ExecContext& ctx, HybridModel& model,
                                             std::span<const int32_t> token_ids, const TapMap& ref,
-                                            int64_t block_size) {
+                                            int64_t block_size,
+                                            std::span<const GivenEmbedding> given) {
   const auto T = static_cast<int64_t>(token_ids.size());
   const int64_t d = model.hidden_size(), V = model.vocab_size();
   if (T == 0) return make_error(StatusCode::kInvalidArgument, "verify: no tokens");
@@ -376,6 +378,7 @@ Result<std::vector<VerifyRow>> verify_model(const ExecContext& ctx, HybridModel&
   // Layer and model level: the engine's own forward, with its own decisions.
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<FreshSequence> seq,
                       fresh_sequence(model, token_ids, block_size));
+  seq->batch.given_embeddings = given;
   std::vector<int64_t> all_rows(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) all_rows[static_cast<size_t>(t)] = t;
   std::vector<float> logits(static_cast<size_t>(T * V));
@@ -444,6 +447,82 @@ std::vector<VerifyRow> worst_over_ranks(dist::Comm& comm, std::vector<VerifyRow>
       row.pass = row.pass && theirs.pass != 0.0;
     }
   }
+  return rows;
+}
+
+Result<std::vector<VerifyRow>> verify_vision(const ExecContext& ctx, const VisionEncoder& vision,
+                                             std::span<const ProcessedImage> images,
+                                             const TapMap& ref, std::vector<float>& embeddings) {
+  const MoonVit& tower = vision.tower();
+  const int64_t d = tower.config().vt_hidden_size;
+  std::vector<VisionSpan> spans;
+  std::vector<float> pixels;
+  int64_t n = 0;
+  for (const ProcessedImage& image : images) {
+    spans.push_back(
+        {.first_patch = n, .grid_height = image.grid_height, .grid_width = image.grid_width});
+    pixels.insert(pixels.end(), image.pixel_values.begin(), image.pixel_values.end());
+    n += image.num_patches();
+  }
+  const int64_t tokens = n / 4;
+  const int64_t patch = static_cast<int64_t>(pixels.size()) / std::max<int64_t>(n, 1);
+  auto need = [&](const std::string& name, const Shape& shape) -> Result<const TapArray*> {
+    auto it = ref.find({kVisionTapLayer, name});
+    if (it == ref.end())
+      return make_error(StatusCode::kInvalidArgument, "verify: the reference has no vision tap {}",
+                        name);
+    if (it->second.shape != shape)
+      return make_error(StatusCode::kInvalidArgument,
+                        "verify: the reference's vision tap {} is {}, the engine's {}: the two "
+                        "preprocessed the images differently",
+                        name, it->second.shape.to_string(), shape.to_string());
+    return &it->second;
+  };
+  std::vector<VerifyRow> rows;
+  // Preprocessing: the same integer and FP64 steps on both sides, so exactly equal.
+  DZ_ASSIGN_OR_RETURN(const TapArray* ref_pixels, need("pixel_values", {n, patch}));
+  int64_t differing = 0;
+  for (size_t i = 0; i < pixels.size(); ++i) differing += pixels[i] != ref_pixels->data[i];
+  rows.push_back(
+      count_at_most("operator", -1, "vision pixels", "values_beyond_equal", differing, 0));
+  // Each stage on the reference's input: BF16 activations, so kOperatorRelRms.
+  auto compare = [&](const std::string& name, const std::vector<float>& ours,
+                     const Shape& shape) -> Status {
+    DZ_ASSIGN_OR_RETURN(const TapArray* want, need(name, shape));
+    rows.push_back(below("operator", -1, "vision " + name, "rel_rms",
+                         rel_rms(ours.data(), want->data.data(), shape.num_elems()),
+                         kOperatorRelRms));
+    return Status::ok_status();
+  };
+  DZ_RETURN_IF_ERROR(
+      compare("patch_embed", tower.patch_embed(ctx, spans, ref_pixels->data.data()), {n, d}));
+  std::string input = "patch_embed";
+  for (int64_t b = 0; b < tower.num_blocks(); ++b) {
+    DZ_ASSIGN_OR_RETURN(const TapArray* in, need(input, {n, d}));
+    std::vector<float> x = in->data;
+    tower.run_block(ctx, b, spans, x.data());
+    input = fmt::format("block{}_out", b);
+    DZ_RETURN_IF_ERROR(compare(input, x, {n, d}));
+  }
+  DZ_ASSIGN_OR_RETURN(const TapArray* last, need(input, {n, d}));
+  std::vector<float> normed = last->data;
+  tower.final_norm(ctx, n, normed.data());
+  DZ_RETURN_IF_ERROR(compare("final_norm", normed, {n, d}));
+  DZ_ASSIGN_OR_RETURN(const TapArray* ref_final, need("final_norm", {n, d}));
+  DZ_RETURN_IF_ERROR(
+      compare("merged", tower.merge(spans, ref_final->data.data()), {tokens, 4 * d}));
+  const int64_t hidden = tower.config().text_hidden_size;
+  DZ_ASSIGN_OR_RETURN(const TapArray* ref_merged, need("merged", {tokens, 4 * d}));
+  DZ_RETURN_IF_ERROR(compare("projector_out", tower.project(ctx, tokens, ref_merged->data.data()),
+                             {tokens, hidden}));
+  // The engine's whole encode, from its own pixels: layer level (errors accumulate over blocks).
+  std::vector<const ProcessedImage*> list;
+  for (const ProcessedImage& image : images) list.push_back(&image);
+  embeddings = vision.encode(ctx, list);
+  DZ_ASSIGN_OR_RETURN(const TapArray* ref_out, need("projector_out", {tokens, hidden}));
+  rows.push_back(below("layer", -1, "vision embeds", "rel_rms",
+                       rel_rms(embeddings.data(), ref_out->data.data(), tokens * hidden),
+                       kLayerRelRms));
   return rows;
 }
 

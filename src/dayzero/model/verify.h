@@ -72,9 +72,21 @@ inline constexpr double kRoutingGapBound = 1e-4;  // expert swaps allowed within
 // reference's taps on the same tokens with the same KV cache dtype as `model`. Each C++ run gets a
 // fresh KV cache and recurrent state. kInvalidArgument when a needed tap is missing or has the
 // wrong shape.
+// `given`: image embeddings at placeholder positions (the engine's own, from verify_vision), used
+// by the layer- and model-level forward.
 Result<std::vector<VerifyRow>> verify_model(const ExecContext& ctx, HybridModel& model,
                                             std::span<const int32_t> token_ids, const TapMap& ref,
-                                            int64_t block_size);
+                                            int64_t block_size,
+                                            std::span<const GivenEmbedding> given = {});
+
+// The vision rows (docs/vision.md §5; taps of layer kVisionTapLayer): the engine's preprocessing
+// of `images` against the reference's pixel_values (exact: the same arithmetic), the patch
+// embedding, every block, the final norm, the merge and the projector each on the reference's
+// input, and the engine's whole encode against the reference's projector output. The engine's
+// embeddings [Σ tokens, hidden] go to `embeddings`.
+Result<std::vector<VerifyRow>> verify_vision(const ExecContext& ctx, const VisionEncoder& vision,
+                                             std::span<const ProcessedImage> images,
+                                             const TapMap& ref, std::vector<float>& embeddings);
 
 // Under a parallel plan every rank runs verify_model on its own shard, in step (the blocks'
 // collectives line up; each data-parallel group runs the same sequence), each comparing its own

@@ -142,11 +142,10 @@ Status check_contradictions(const formats::ConfigObject& obj, const KimiLinearCo
 
 class KimiLinear final : public Architecture {
  public:
-  KimiLinear(KimiLinearConfig config, std::string model_type, std::string prefix, bool vision)
+  KimiLinear(KimiLinearConfig config, std::string model_type, std::string prefix)
       : config_(std::move(config)),
         model_type_(std::move(model_type)),
-        prefix_(std::move(prefix)),
-        vision_(vision) {}
+        prefix_(std::move(prefix)) {}
 
   std::string_view recipe_name() const override {
     return config_.rope_dsa ? "dayzero_hybrid" : "kimi_linear";
@@ -154,11 +153,6 @@ class KimiLinear final : public Architecture {
   const std::string& model_type() const override { return model_type_; }
   LayerSchedule schedule() const override { return kimi_linear_schedule(config_); }
   TensorTable tensor_table() const override { return kimi_linear_tensors(config_, prefix_); }
-  // K3's vision tower names are taken from the checkpoint (docs/models.md §7.3.4).
-  std::vector<std::pair<std::string, Component>> unchecked_prefixes() const override {
-    if (!vision_) return {};
-    return {{"vision_tower.", Component::kVision}, {"mm_projector.", Component::kVision}};
-  }
   const formats::QuantizationConfig& quantization() const override {
     return config_.quantization_config;
   }
@@ -182,6 +176,7 @@ class KimiLinear final : public Architecture {
         .routed_hidden_size = config_.routed_expert_hidden_size.value_or(config_.hidden_size),
         .num_expert_groups = config_.use_grouped_topk ? config_.num_expert_group : 1,
         .topk_groups = config_.use_grouped_topk ? config_.topk_group : 1};
+    if (config_.vision) dims.vision_layers = config_.vision->vt_num_hidden_layers;
     if (config_.rope_dsa) {
       dims.index_n_heads = config_.rope_dsa->index_n_heads;
       dims.index_head_dim = config_.rope_dsa->index_head_dim;
@@ -198,7 +193,6 @@ class KimiLinear final : public Architecture {
   KimiLinearConfig config_;
   std::string model_type_;
   std::string prefix_;
-  bool vision_;
 };
 
 }  // namespace
@@ -304,8 +298,8 @@ namespace {
 
 Result<std::unique_ptr<Architecture>> make_kimi_linear(KimiLinearConfig config,
                                                        const RecipeInput& input) {
-  return std::unique_ptr<Architecture>(std::make_unique<KimiLinear>(
-      std::move(config), input.model_type, input.tensor_prefix, input.root.has("vision_config")));
+  return std::unique_ptr<Architecture>(
+      std::make_unique<KimiLinear>(std::move(config), input.model_type, input.tensor_prefix));
 }
 
 }  // namespace
@@ -319,6 +313,18 @@ Result<std::unique_ptr<Architecture>> parse_kimi_linear(const RecipeInput& input
 
 Result<std::unique_ptr<Architecture>> parse_kimi_k3(const RecipeInput& input) {
   DZ_ASSIGN_OR_RETURN(KimiLinearConfig config, parse_kimi_linear_config(input.text));
+  DZ_ASSIGN_OR_RETURN(std::optional<formats::ConfigObject> vision,
+                      input.root.optional_object("vision_config"));
+  if (vision) {
+    DZ_ASSIGN_OR_RETURN(config.vision, parse_vision_config(*vision, config.hidden_size));
+    DZ_ASSIGN_OR_RETURN(int64_t placeholder,
+                        input.root.required_non_negative_int("media_placeholder_token_id"));
+    if (placeholder >= config.vocab_size)
+      return input.root.field_error(
+          "media_placeholder_token_id",
+          fmt::format("{} is outside the vocabulary of {}", placeholder, config.vocab_size));
+    config.media_placeholder_token_id = static_cast<int32_t>(placeholder);
+  }
   return make_kimi_linear(std::move(config), input);
 }
 

@@ -15,6 +15,7 @@
 
 #include "dayzero/core/status.h"
 #include "dayzero/formats/hf_config.h"
+#include "dayzero/model/vision/vision_config.h"
 #include "dayzero/model/architecture.h"
 
 namespace dz::model {
@@ -83,6 +84,10 @@ struct KimiLinearConfig {
   // ε of the MLA kv_a_layernorm when it is not rms_norm_eps; set by the registry's entry point,
   // not read from the file (parse_kimi_linear: 1e-6).
   std::optional<double> kv_a_layernorm_eps;
+  // kimi_k3 with a vision tower (top-level vision_config) and the token whose positions its
+  // embeddings fill (media_placeholder_token_id); set by parse_kimi_k3.
+  std::optional<VisionConfig> vision;
+  int32_t media_placeholder_token_id = -1;
 };
 
 // Which MLA the parser accepts: Kimi's NoPE MLA, or (dayzero_hybrid) RoPE MLA with the indexer,

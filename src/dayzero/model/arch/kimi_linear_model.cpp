@@ -118,10 +118,12 @@ struct KimiWeights {
   AttnResQueryWeights final_res;            // AttnRes' final mix
   std::vector<DecoderLayerWeights> layers;  // in schedule order (main layers, then MTP)
   std::vector<MtpLayer> mtp;                // the MTP layer's own tensors (dayzero_hybrid)
+  MoonVitWeights vision;                    // K3's tower and projector, when it has them
 };
 
 void visit_kimi_linear(TensorVisitor& v, const KimiLinearConfig& c, const std::string& prefix,
                        KimiWeights& w) {
+  if (c.vision) visit_moonvit_tensors(v, *c.vision, w.vision);  // at the top, not under prefix
   TensorVisitor::Scope root(v, {.prefix = prefix});
   visit_model_globals(v, c.vocab_size, c.hidden_size, c.tie_word_embeddings, w.parts);
   if (c.attn_res_block_size) {
@@ -196,6 +198,22 @@ Result<std::unique_ptr<CausalLm>> load_kimi_linear_model(
     }
     parts.mtp = std::make_unique<MtpLayer>(std::move(w.mtp.front()));
     parts.mtp->layer = std::move(layer);
+  }
+  if (config.vision) {
+    // The processor's settings sit beside config.json, as the published checkpoints ship them.
+    const std::string path = checkpoint->dir() + "/preprocessor_config.json";
+    Result<formats::ConfigObject> file = formats::ConfigObject::load(path);
+    if (!file.ok())
+      return make_error(StatusCode::kInvalidArgument,
+                        "the vision tower needs the image processor's settings: {}",
+                        file.status().message());
+    DZ_ASSIGN_OR_RETURN(ImageProcessorConfig processor, parse_image_processor_config(*file));
+    if (processor.patch_size != config.vision->patch_size)
+      return make_error(StatusCode::kInvalidArgument,
+                        "preprocessor_config.json: patch_size {} differs from vision_config's {}",
+                        processor.patch_size, config.vision->patch_size);
+    parts.vision = std::make_unique<VisionEncoder>(MoonVit(*config.vision, std::move(w.vision)),
+                                                   processor, config.media_placeholder_token_id);
   }
   parts.checkpoint = std::move(checkpoint);
   return std::unique_ptr<CausalLm>(std::make_unique<HybridModel>(std::move(parts)));
