@@ -495,7 +495,10 @@ def make_tiny(arch, out_dir, seed=0, shard_bytes=None, decisive=True, overrides=
     if arch == "deepseek_v32":
         tokenizer_gen.write_hf_tokenizer(out_dir, config["vocab_size"], seed=seed)
     else:
-        tokenizer_gen.write_tiktoken_tokenizer(out_dir, KIMI_NUM_RANKS, seed=seed)
+        # K3 names special offset 18 "<|media_begin|>" (its image prompt), Kimi-K2 "<|media_start|>".
+        media_begin = "<|media_begin|>" if arch == "kimi_k3" else "<|media_start|>"
+        tokenizer_gen.write_tiktoken_tokenizer(out_dir, KIMI_NUM_RANKS, seed=seed,
+                                               media_begin=media_begin)
     if arch == "kimi_k3" and config.get("vision_config"):
         with open(os.path.join(out_dir, "preprocessor_config.json"), "w", encoding="utf-8") as f:
             json.dump(K3_TINY_PREPROCESSOR, f, indent=2)

@@ -313,9 +313,12 @@ def kimi_special_tokens(num_ranks: int, config: dict | None = None) -> dict[str,
             for i in range(num_ranks, num_ranks + KIMI_NUM_RESERVED_SPECIAL_TOKENS)}
 
 
-def write_tiktoken_tokenizer(out_dir, vocab_size: int, seed: int = 0) -> None:
+def write_tiktoken_tokenizer(out_dir, vocab_size: int, seed: int = 0,
+                             media_begin: str = "<|media_start|>") -> None:
     """Writes tiktoken.model + tokenizer_config.json. `vocab_size` is the number of ranks (the
-    lines of tiktoken.model: 256 bytes and the merges); the 256 special ids follow them."""
+    lines of tiktoken.model: 256 bytes and the merges); the 256 special ids follow them.
+    media_begin: the name of special offset 18 (Kimi-K2's "<|media_start|>"; K2.5 and K3 call it
+    "<|media_begin|>"), in the table and in the chat template's image part."""
     num_merges = vocab_size - 256
     if num_merges < 1:
         raise ValueError(f"vocab_size {vocab_size} leaves no room for merges")
@@ -325,7 +328,7 @@ def write_tiktoken_tokenizer(out_dir, vocab_size: int, seed: int = 0) -> None:
     decoder = {
         str(num_ranks + offset): {"content": content, "lstrip": False, "normalized": False,
                                   "rstrip": False, "single_word": False, "special": True}
-        for offset, content in sorted(KIMI_SPECIAL_TOKENS.items())
+        for offset, content in sorted({**KIMI_SPECIAL_TOKENS, 18: media_begin}.items())
     }
     config = {
         "added_tokens_decoder": decoder,
@@ -335,7 +338,8 @@ def write_tiktoken_tokenizer(out_dir, vocab_size: int, seed: int = 0) -> None:
         "auto_map": {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]},
         "bos_token": "[BOS]", "eos_token": "[EOS]", "pad_token": "[PAD]", "unk_token": "[UNK]",
         "clean_up_tokenization_spaces": False, "model_max_length": 1048576,
-        "tokenizer_class": "TikTokenTokenizer", "chat_template": KIMI_CHAT_TEMPLATE,
+        "tokenizer_class": "TikTokenTokenizer",
+        "chat_template": KIMI_CHAT_TEMPLATE.replace("<|media_start|>", media_begin),
     }
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "tiktoken.model"), "w", encoding="ascii") as f:

@@ -38,7 +38,8 @@ void CacheCoordinator::update_block_hashes(SequenceCache& seq, const SequenceTok
   for (auto j = static_cast<int64_t>(seq.block_hashes.size()); j < num_full; ++j) {
     const BlockHash parent = j == 0 ? config_.seed : seq.block_hashes.back();
     const std::vector<std::byte> extra =
-        block_extra_keys(j, tokens.cache_salt, config_.cache_format);
+        block_extra_keys(j, tokens.cache_salt, config_.cache_format,
+                         image_keys(tokens.images, j * block_size, (j + 1) * block_size));
     seq.block_hashes.push_back(hash_block(
         parent,
         tokens.tokens.subspan(static_cast<size_t>(j * block_size), static_cast<size_t>(block_size)),

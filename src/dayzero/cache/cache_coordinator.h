@@ -34,6 +34,7 @@ struct SequenceTokens {
   std::span<const int32_t> tokens;  // prompt + output
   int64_t num_prompt_tokens = 0;
   std::string_view cache_salt;
+  std::span<const ImagePlacement> images{};  // their hashes enter the blocks they fall in
 };
 
 // Recurrent states a verified speculative row kept (SequenceSlice::snapshot_slots): slot j holds

@@ -77,6 +77,28 @@ std::vector<std::byte> block_extra_keys(int64_t block_index, std::string_view ca
   return keys;
 }
 
+std::vector<std::byte> image_keys(std::span<const ImagePlacement> images, int64_t begin,
+                                  int64_t end) {
+  std::vector<std::byte> keys;
+  for (const ImagePlacement& image : images)
+    if (image.offset < end && image.offset + image.num_tokens > begin) {
+      append_u64(keys, image.hash.lo);
+      append_u64(keys, image.hash.hi);
+      append_u64(keys, static_cast<uint64_t>(image.offset));
+    }
+  return keys;
+}
+
+BlockHash image_content_hash(int64_t width, int64_t height, int channels,
+                             std::span<const uint8_t> pixels) {
+  std::vector<std::byte> bytes;
+  append_u64(bytes, static_cast<uint64_t>(width));
+  append_u64(bytes, static_cast<uint64_t>(height));
+  append_u64(bytes, static_cast<uint64_t>(channels));
+  append_bytes(bytes, reinterpret_cast<const std::byte*>(pixels.data()), pixels.size());
+  return xxh3_128(bytes);
+}
+
 std::vector<BlockHash> hash_full_blocks(const BlockHash& seed, std::span<const int32_t> tokens,
                                         int64_t block_size, std::string_view cache_salt,
                                         std::string_view cache_format) {

@@ -25,6 +25,24 @@ struct BlockHashHasher {
   size_t operator()(const BlockHash& h) const { return static_cast<size_t>(h.lo ^ (h.hi * 31)); }
 };
 
+// An image in a sequence (docs/vision.md §4): its placeholders fill [offset, offset +
+// num_tokens); `hash` is its content hash.
+struct ImagePlacement {
+  int64_t offset = 0;
+  int64_t num_tokens = 0;
+  BlockHash hash;
+};
+
+// The image keys of the block of positions [begin, end): the hash and offset of every image
+// whose placeholders fall in it, so that two prompts with the same placeholder ids but different
+// images (or the same image elsewhere) never share the block.
+std::vector<std::byte> image_keys(std::span<const ImagePlacement> images, int64_t begin,
+                                  int64_t end);
+
+// The content hash of an image's decoded pixels (XXH3-128 of its size, channels and bytes).
+BlockHash image_content_hash(int64_t width, int64_t height, int channels,
+                             std::span<const uint8_t> pixels);
+
 // h_{-1} of one model: the hash of a version tag and model_identity (e.g. the checkpoint's
 // config hash), so two models never share cache entries.
 BlockHash model_seed_hash(std::string_view model_identity);

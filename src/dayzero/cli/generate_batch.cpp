@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dayzero/cli/engine_request.h"
+#include "dayzero/cli/prompt_images.h"
 #include "dayzero/core/logging.h"
 #include "dayzero/formats/npy.h"
 #include "dayzero/runtime/engine.h"
@@ -26,10 +27,13 @@ namespace {
 Result<runtime::GenerationRequest> make_request(const PromptLine& line,
                                                 const serve::Tokenizer& tokenizer,
                                                 const runtime::GenerationDefaults& defaults,
-                                                bool return_logits) {
+                                                const model::CausalLm& model, bool return_logits) {
   runtime::GenerationRequest request;
+  DZ_ASSIGN_OR_RETURN(const std::vector<runtime::ImageUpload> uploads,
+                      load_images(model, line.images));
   if (line.prompt) {
-    DZ_ASSIGN_OR_RETURN(request.prompt_token_ids, tokenizer.encode(*line.prompt));
+    DZ_ASSIGN_OR_RETURN(const std::string text, text_with_images(*line.prompt, uploads));
+    DZ_ASSIGN_OR_RETURN(request.prompt_token_ids, tokenizer.encode(text));
     if (defaults.add_bos_token && defaults.bos_token_id)
       request.prompt_token_ids.insert(request.prompt_token_ids.begin(), *defaults.bos_token_id);
     if (request.prompt_token_ids.empty())
@@ -37,6 +41,7 @@ Result<runtime::GenerationRequest> make_request(const PromptLine& line,
   } else {
     request.prompt_token_ids = line.prompt_token_ids;
   }
+  DZ_RETURN_IF_ERROR(place_images(model, uploads, request));
   request.sampling = line.sampling;
   request.max_tokens = line.max_tokens;
   request.priority = line.priority;
@@ -75,9 +80,11 @@ std::string finish_reason(const runtime::RequestOutput& last) {
   return std::string(runtime::finish_reason_name(last.finish_reason));
 }
 
-std::string json_line(int64_t index, const Completion& c) {
+std::string json_line(int64_t index, const Completion& c,
+                      const std::vector<int32_t>* prompt_token_ids) {
   nlohmann::ordered_json line;
   line["index"] = index;
+  if (prompt_token_ids != nullptr) line["prompt_token_ids"] = *prompt_token_ids;
   line["text"] = c.text;
   line["tokens"] = c.tokens;
   line["finish_reason"] = finish_reason(c.last);
@@ -98,14 +105,6 @@ Status run_prompts_file(const BatchGenerateArgs& args) {
   DZ_ASSIGN_OR_RETURN(runtime::GenerationDefaults defaults,
                       runtime::load_generation_defaults(args.model.model_dir));
   const bool dump_logits = !args.dump_logits_dir.empty();
-  std::vector<runtime::GenerationRequest> requests;
-  for (const PromptLine& line : lines) {
-    auto request = make_request(line, *tokenizer, defaults, dump_logits);
-    if (!request.ok())
-      return request.status().with_context(
-          fmt::format("{} line {}", args.prompts_file, line.line_number));
-    requests.push_back(std::move(*request));
-  }
   if (dump_logits) {
     std::error_code ec;
     std::filesystem::create_directories(args.dump_logits_dir, ec);
@@ -113,9 +112,18 @@ Status run_prompts_file(const BatchGenerateArgs& args) {
       return make_error(StatusCode::kIo, "--dump-logits {}: {}", args.dump_logits_dir,
                         ec.message());
   }
-
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::CausalLm> model, load_model(args.model));
   if (model == nullptr) return Status::ok_status();  // a rank that followed rank 0's steps
+  std::vector<runtime::GenerationRequest> requests;
+  std::vector<std::vector<int32_t>> prompts;  // as submitted (--dump-logits prints them)
+  for (const PromptLine& line : lines) {
+    auto request = make_request(line, *tokenizer, defaults, *model, dump_logits);
+    if (!request.ok())
+      return request.status().with_context(
+          fmt::format("{} line {}", args.prompts_file, line.line_number));
+    prompts.push_back(request->prompt_token_ids);
+    requests.push_back(std::move(*request));
+  }
   DZ_ASSIGN_OR_RETURN(runtime::EngineConfig config, engine_config(args.model, args.engine));
   // Every prompt of the file is submitted at once.
   config.max_queued_requests =
@@ -143,7 +151,8 @@ Status run_prompts_file(const BatchGenerateArgs& args) {
     num_prompt_tokens += completion.last.num_prompt_tokens;
     num_generated += completion.last.num_output_tokens;
     if (!completion.last.error.ok()) ++num_failed;
-    const std::string text = json_line(static_cast<int64_t>(i), completion);
+    const std::string text =
+        json_line(static_cast<int64_t>(i), completion, dump_logits ? &prompts[i] : nullptr);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
     if (dump_logits) {

@@ -27,6 +27,7 @@
 #include "dayzero/cli/engine_request.h"
 #include "dayzero/cli/generate_batch.h"
 #include "dayzero/cli/model_args.h"
+#include "dayzero/cli/prompt_images.h"
 #include "dayzero/core/logging.h"
 #include "dayzero/runtime/engine_core.h"
 #include "dayzero/runtime/generation_config.h"
@@ -39,6 +40,7 @@ namespace {
 struct GenerateArgs {
   ModelArgs model;
   std::string prompt;
+  std::vector<std::string> images;  // image files, in the order of their placeholders
   int64_t max_tokens = 128;
   float temperature = 0.0f;
   float top_p = 1.0f;
@@ -94,16 +96,19 @@ Status run(const GenerateArgs& args) {
   request.max_tokens = args.max_tokens;
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<serve::Tokenizer> tokenizer,
                       serve::load_tokenizer(args.model.model_dir));
-  DZ_ASSIGN_OR_RETURN(request.prompt_token_ids, tokenizer->encode(args.prompt));
+  // The serving engine with the same flags, eos ids and text stream as `dayzero serve`.
+  DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::CausalLm> model, load_model(args.model));
+  if (model == nullptr) return Status::ok_status();  // a rank that followed rank 0's steps
+  DZ_ASSIGN_OR_RETURN(const std::vector<runtime::ImageUpload> uploads,
+                      load_images(*model, args.images));
+  DZ_ASSIGN_OR_RETURN(const std::string prompt, text_with_images(args.prompt, uploads));
+  DZ_ASSIGN_OR_RETURN(request.prompt_token_ids, tokenizer->encode(prompt));
   if (defaults.add_bos_token && defaults.bos_token_id)
     request.prompt_token_ids.insert(request.prompt_token_ids.begin(), *defaults.bos_token_id);
   if (request.prompt_token_ids.empty())
     return make_error(StatusCode::kInvalidArgument, "--prompt: the prompt encodes to no tokens");
+  DZ_RETURN_IF_ERROR(place_images(*model, uploads, request));
   const auto num_prompt = static_cast<int64_t>(request.prompt_token_ids.size());
-
-  // The serving engine with the same flags, eos ids and text stream as `dayzero serve`.
-  DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::CausalLm> model, load_model(args.model));
-  if (model == nullptr) return Status::ok_status();  // a rank that followed rank 0's steps
   DZ_ASSIGN_OR_RETURN(runtime::EngineConfig config, engine_config(args.model, args.engine));
   config.eos_token_ids = defaults.eos_token_ids;
   config.token_bytes = token_bytes_of(*tokenizer);
@@ -213,6 +218,9 @@ RunCommand add_generate_command(CLI::App& app) {
   add_parallel_options(*command, args->model.parallel);
   auto* prompt =
       command->add_option("--prompt", args->prompt, "text to complete (no chat template)");
+  command->add_option("--image", args->images,
+                      "an image file (repeatable; models with a vision tower): each goes where the "
+                      "prompt has <|media_pad|>, or before the prompt");
   auto* prompts_file =
       command->add_option("--prompts-file", args->prompts_file,
                           "JSONL, one {\"prompt\": ...} or {\"prompt_token_ids\": [...]} per "

@@ -89,6 +89,12 @@ Status apply_field(const LineContext& at, const std::string& key, const json& va
     line.prompt = value.get<std::string>();
   } else if (key == "prompt_token_ids") {
     DZ_ASSIGN_OR_RETURN(line.prompt_token_ids, get_ids(at, value));
+  } else if (key == "images") {
+    if (!value.is_array()) return at.field_error(key, "a list of image file names", value);
+    for (const json& name : value) {
+      if (!name.is_string()) return at.field_error(key, "a list of image file names", value);
+      line.images.push_back(name.get<std::string>());
+    }
   } else if (key == "max_tokens") {
     DZ_ASSIGN_OR_RETURN(line.max_tokens,
                         get_int(at, key, value, 1, std::numeric_limits<int32_t>::max()));
@@ -120,11 +126,12 @@ Status apply_field(const LineContext& at, const std::string& key, const json& va
   } else if (key == "stop") {
     DZ_ASSIGN_OR_RETURN(s.stop, get_stop(at, value));
   } else {
-    return at.error(fmt::format(
-        "unknown field \"{}\" (expected prompt or prompt_token_ids, and optionally max_tokens, "
-        "temperature, top_p, top_k, min_p, seed, stop, priority, repetition_penalty, "
-        "presence_penalty, frequency_penalty)",
-        key));
+    return at.error(
+        fmt::format("unknown field \"{}\" (expected prompt or prompt_token_ids, and optionally "
+                    "images, max_tokens, "
+                    "temperature, top_p, top_k, min_p, seed, stop, priority, repetition_penalty, "
+                    "presence_penalty, frequency_penalty)",
+                    key));
   }
   return Status::ok_status();
 }

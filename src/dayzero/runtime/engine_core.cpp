@@ -14,6 +14,8 @@
 #include "dayzero/core/check.h"
 #include "dayzero/model/forward_batch.h"
 #include "dayzero/model/kv_cache.h"
+#include "dayzero/model/vision/vision_encoder.h"
+#include "dayzero/runtime/encoder_cache.h"
 #include "dayzero/runtime/ngram_proposer.h"
 #include "dayzero/runtime/request.h"
 #include "dayzero/runtime/scheduler.h"
@@ -208,6 +210,19 @@ struct EngineCore::Impl {
   // after the forward pass that kept the main model's state; fills their new_mtp_logits.
   Status run_mtp(std::span<StepChunk> chunks);
 
+  // Images (docs/vision.md §4): embeddings by content hash, and the ones this step uses.
+  std::optional<EncoderCache> encoder_cache;
+  std::vector<ImageEmbeddings> step_images;
+  std::vector<model::GivenEmbedding> given_embeddings;
+  int64_t images_encoded = 0;
+  // Preprocesses a request's images (the refusal names a bad one).
+  Result<std::vector<std::shared_ptr<const model::ProcessedImage>>> process_images(
+      const GenerationRequest& request) const;
+  // The encoder step: encodes the images the chunks reach that the cache lacks (all of them in
+  // one pass of the tower), then points given_embeddings at the rows of every placeholder token
+  // of the batch.
+  void embed_images(std::span<const StepChunk> chunks);
+
   // Scratch of one step.
   BatchBuffers batch_buffers;
   BatchBuffers mtp_batch_buffers;
@@ -215,6 +230,93 @@ struct EngineCore::Impl {
   std::vector<float> logits;
   std::vector<float> mtp_logits;
 };
+
+Result<std::vector<std::shared_ptr<const model::ProcessedImage>>> EngineCore::Impl::process_images(
+    const GenerationRequest& request) const {
+  std::vector<std::shared_ptr<const model::ProcessedImage>> out;
+  for (size_t i = 0; i < request.images.size(); ++i) {
+    const PromptImage& image = request.images[i];
+    const auto* bytes = reinterpret_cast<const uint8_t*>(image.data->data());
+    Result<model::ProcessedImage> processed =
+        model->vision()->process(std::span(bytes, image.data->size()));
+    if (!processed.ok()) return processed.status().with_context(fmt::format("images[{}]", i));
+    if (processed->num_tokens != image.num_tokens)
+      return make_error(StatusCode::kInvalidArgument,
+                        "images[{}]: the prompt holds {} placeholders for it, the image gives {} "
+                        "tokens",
+                        i, image.num_tokens, processed->num_tokens);
+    out.push_back(std::make_shared<const model::ProcessedImage>(std::move(*processed)));
+  }
+  return out;
+}
+
+void EngineCore::Impl::embed_images(std::span<const StepChunk> chunks) {
+  step_images.clear();
+  given_embeddings.clear();
+  const model::VisionEncoder* vision = model->vision();
+  if (vision == nullptr) return;
+  auto reaches = [](const StepChunk& c, const PromptImage& image) {
+    return image.offset < c.begin + c.num_tokens && image.offset + image.num_tokens > c.begin;
+  };
+  // The images to encode: reached, not cached, each once.
+  std::vector<const model::ProcessedImage*> batch;
+  std::vector<cache::BlockHash> hashes;
+  std::vector<std::shared_ptr<const model::ProcessedImage>> keep;
+  for (const StepChunk& c : chunks) {
+    Request& r = *c.request;
+    for (size_t i = 0; i < r.images.size(); ++i) {
+      const PromptImage& image = r.images[i];
+      if (!reaches(c, image) || encoder_cache->find(image.hash) != nullptr ||
+          std::find(hashes.begin(), hashes.end(), image.hash) != hashes.end())
+        continue;
+      if (r.processed_images[i] == nullptr) {  // released, then evicted: preprocess again
+        const auto* bytes = reinterpret_cast<const uint8_t*>(image.data->data());
+        Result<model::ProcessedImage> again = vision->process(std::span(bytes, image.data->size()));
+        DZ_CHECK(again.ok(), "request {}: image {} preprocessed once, not again: {}", r.id, i,
+                 again.status().message());
+        r.processed_images[i] = std::make_shared<const model::ProcessedImage>(std::move(*again));
+      }
+      keep.push_back(r.processed_images[i]);
+      batch.push_back(keep.back().get());
+      hashes.push_back(image.hash);
+    }
+  }
+  const int64_t hidden = vision->hidden_size();
+  if (!batch.empty()) {
+    const std::vector<float> rows = vision->encode(ctx, batch);
+    int64_t at = 0;
+    for (size_t k = 0; k < batch.size(); ++k) {
+      const int64_t n = batch[k]->num_tokens * hidden;
+      auto entry =
+          std::make_shared<const std::vector<float>>(rows.begin() + at, rows.begin() + at + n);
+      step_images.push_back(entry);  // kept for this step even if the cache cannot hold it
+      encoder_cache->insert(hashes[k], std::move(entry));
+      at += n;
+    }
+    images_encoded += static_cast<int64_t>(batch.size());
+  }
+  for (const StepChunk& c : chunks) {
+    Request& r = *c.request;
+    for (size_t i = 0; i < r.images.size(); ++i) {
+      const PromptImage& image = r.images[i];
+      if (!reaches(c, image)) continue;
+      ImageEmbeddings rows = encoder_cache->find(image.hash);
+      if (rows == nullptr) {  // larger than the cache: this step's own copy
+        const auto k = static_cast<size_t>(std::find(hashes.begin(), hashes.end(), image.hash) -
+                                           hashes.begin());
+        DZ_CHECK(k < hashes.size(), "request {}: image {} neither cached nor encoded", r.id, i);
+        rows = step_images[k];
+      }
+      step_images.push_back(rows);
+      r.processed_images[i].reset();  // encoded: its pixels are no longer needed
+      const int64_t from = std::max(c.begin, image.offset);
+      const int64_t to = std::min(c.begin + c.num_tokens, image.offset + image.num_tokens);
+      for (int64_t p = from; p < to; ++p)
+        given_embeddings.push_back({.token = c.first_token + p - c.begin,
+                                    .row = rows->data() + (p - image.offset) * hidden});
+    }
+  }
+}
 
 EngineCore::EngineCore(EngineConfig config, std::unique_ptr<Impl> impl)
     : config_(std::move(config)), impl_(std::move(impl)) {}
@@ -336,7 +438,38 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CausalLm& model,
       .num_lookahead_slots = mtp_chain ? 1 : 0,
   };
   impl->scheduler.emplace(scheduler_config, *impl->coordinator);
+  impl->encoder_cache.emplace(config.encoder_cache_bytes);
   return std::unique_ptr<EngineCore>(new EngineCore(config, std::move(impl)));
+}
+
+Status EngineCore::validate_images(const GenerationRequest& request) const {
+  if (request.images.empty()) return Status::ok_status();
+  const model::VisionEncoder* vision = impl_->model->vision();
+  if (vision == nullptr)
+    return make_error(StatusCode::kInvalidArgument, "images: this model takes no images");
+  if (impl_->model->comm_stats() != nullptr)
+    return make_error(StatusCode::kUnsupported,
+                      "images: not supported yet with the model over several ranks");
+  if (request.return_mtp_logits)
+    return make_error(StatusCode::kInvalidArgument, "images: not with return_mtp_logits");
+  int64_t end = 0;
+  for (size_t i = 0; i < request.images.size(); ++i) {
+    const PromptImage& image = request.images[i];
+    if (image.data == nullptr || image.num_tokens < 1 || image.offset < end ||
+        image.offset + image.num_tokens > static_cast<int64_t>(request.prompt_token_ids.size()))
+      return make_error(StatusCode::kInvalidArgument,
+                        "images[{}]: {} tokens at {} do not fit the prompt of {} after the images "
+                        "before it",
+                        i, image.num_tokens, image.offset, request.prompt_token_ids.size());
+    for (int64_t p = image.offset; p < image.offset + image.num_tokens; ++p)
+      if (request.prompt_token_ids[static_cast<size_t>(p)] != vision->placeholder_token_id())
+        return make_error(StatusCode::kInvalidArgument,
+                          "images[{}]: prompt token {} is {}, not the image placeholder {}", i, p,
+                          request.prompt_token_ids[static_cast<size_t>(p)],
+                          vision->placeholder_token_id());
+    end = image.offset + image.num_tokens;
+  }
+  return Status::ok_status();
 }
 
 Status EngineCore::validate_request(const GenerationRequest& request) const {
@@ -401,6 +534,7 @@ Status EngineCore::validate_request(const GenerationRequest& request) const {
     return make_error(StatusCode::kInvalidArgument,
                       "return_mtp_logits needs prefix caching off (the MTP head's cache records "
                       "exist only for positions the request computed)");
+  DZ_RETURN_IF_ERROR(validate_images(request));
   if (!request.sampling.stop.empty() && !config_.token_bytes)
     return make_error(StatusCode::kInvalidArgument,
                       "stop: stop strings need the engine's token_bytes (no tokenizer given)");
@@ -440,7 +574,10 @@ Status EngineCore::add_request(int64_t request_id, GenerationRequest request) {
   Scheduler& scheduler = *impl_->scheduler;
   if (scheduler.find(request_id) != nullptr)
     return make_error(StatusCode::kAlreadyExists, "request id {} is already in use", request_id);
-  scheduler.add(make_request(request_id, std::move(request), config_));
+  DZ_ASSIGN_OR_RETURN(auto processed, impl_->process_images(request));
+  std::unique_ptr<Request> r = make_request(request_id, std::move(request), config_);
+  r->processed_images = std::move(processed);
+  scheduler.add(std::move(r));
   return Status::ok_status();
 }
 
@@ -462,10 +599,12 @@ Status EngineCore::add_choices(std::span<const int64_t> request_ids, GenerationR
                         request_ids[c]);
   }
   Request* parent = nullptr;
+  DZ_ASSIGN_OR_RETURN(const auto processed, impl_->process_images(request));
   for (size_t c = 0; c < request_ids.size(); ++c) {
     GenerationRequest choice = request;
     choice.choice_index = static_cast<uint32_t>(c);
     auto r = std::make_unique<Request>(request_ids[c], std::move(choice), config_.eos_token_ids);
+    r->processed_images = processed;
     if (parent == nullptr)
       parent = &scheduler.add(std::move(r));
     else
@@ -607,7 +746,7 @@ std::vector<RequestOutput> EngineCore::step() {
     chunks.push_back(std::move(chunk));
     first_token += c.num_tokens;
   }
-  const model::ForwardBatch batch = make_batch(
+  model::ForwardBatch batch = make_batch(
       spans, config_.block_size,
       [&](size_t s, int64_t pos) {
         const Request& r = *spans[s].request;
@@ -615,6 +754,8 @@ std::vector<RequestOutput> EngineCore::step() {
         return p < r.tokens.size() ? r.tokens[p] : r.draft_tokens[p - r.tokens.size()];
       },
       m.batch_buffers);
+  m.embed_images(chunks);
+  batch.given_embeddings = m.given_embeddings;
   const auto vocab = static_cast<size_t>(m.vocab_size);
   m.logits.resize(m.logits_rows.size() * vocab);
 

@@ -39,6 +39,9 @@ class EngineCore {
   // The checks of add_request that do not depend on the engine's state (thread-safe: reads only
   // the config and the model's vocabulary), so Engine can answer a submit at once.
   Status validate_request(const GenerationRequest& request) const;
+  // Of those, the images' placement over the prompt's placeholders (the pixels themselves are
+  // checked by add_request, which preprocesses them).
+  Status validate_images(const GenerationRequest& request) const;
   // Removes a waiting request at once, or a running one (its blocks and slot freed); its last
   // output (aborted = true) comes from the next step(). False when the id is unknown or finished.
   bool abort_request(int64_t request_id);

@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "dayzero/cache/prefix_hash.h"
 #include "dayzero/core/status.h"
 #include "dayzero/dist/comm.h"
 #include "dayzero/runtime/sampler.h"
@@ -36,6 +38,9 @@ struct EngineConfig {
   int64_t reserve_blocks = -1;   // emergency reserve; -1: max_num_seqs (one per decode)
   int64_t max_model_len = 4096;  // prompt + output tokens of one request
   bool enable_prefix_caching = true;
+  // Image embeddings kept after encoding, by content hash, at most this many bytes (least
+  // recently used dropped first): a repeated image is encoded once.
+  int64_t encoder_cache_bytes = int64_t{256} << 20;
   int64_t max_state_checkpoints = -1;        // hybrid models; -1: 2 · max_num_seqs
   int64_t state_checkpoint_interval = 1024;  // multiple of block_size
   std::string model_identity;  // seeds the prefix-hash chain (two models never share entries)
@@ -59,8 +64,19 @@ struct EngineConfig {
   std::function<void()> on_outputs;
 };
 
+// An image in a prompt (docs/vision.md §4): its placeholder tokens fill [offset, offset +
+// num_tokens) of the prompt; the engine preprocesses and encodes `data` (the image file) when a
+// chunk first needs its embeddings, and keeps them by `hash` for later requests.
+struct PromptImage {
+  int64_t offset = 0;
+  int64_t num_tokens = 0;
+  cache::BlockHash hash;                    // content hash (runtime/prompt_images.h)
+  std::shared_ptr<const std::string> data;  // the file's bytes
+};
+
 struct GenerationRequest {
   std::vector<int32_t> prompt_token_ids;  // non-empty, ids in the vocabulary
+  std::vector<PromptImage> images;        // in prompt order, over placeholder tokens
   SamplingParams sampling;
   int64_t max_tokens = 16;     // ≥ 1; prompt + max_tokens ≤ max_model_len
   int32_t priority = 0;        // lower runs first; FCFS among equals

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dayzero/cache/cache_coordinator.h"
+#include "dayzero/model/vision/image_processor.h"
 #include "dayzero/runtime/engine_types.h"
 #include "dayzero/runtime/sampler.h"
 #include "dayzero/runtime/stop_strings.h"
@@ -23,6 +24,13 @@ namespace dz::runtime {
 // kForkPending: a choice of an n > 1 request, waiting for its first sibling's prompt to be computed
 // so that it can fork from it.
 enum class RequestStatus : uint8_t { kWaiting, kForkPending, kRunning, kFinished };
+
+inline std::vector<cache::ImagePlacement> placements_of(const std::vector<PromptImage>& images) {
+  std::vector<cache::ImagePlacement> out;
+  for (const PromptImage& image : images)
+    out.push_back({.offset = image.offset, .num_tokens = image.num_tokens, .hash = image.hash});
+  return out;
+}
 
 struct Request {
   Request(int64_t request_id, GenerationRequest request, std::span<const int32_t> eos_token_ids)
@@ -36,6 +44,7 @@ struct Request {
         return_prompt_logits(request.return_prompt_logits),
         return_mtp_logits(request.return_mtp_logits),
         forced_output_token_ids(std::move(request.forced_output_token_ids)),
+        images(std::move(request.images)),
         sampler(request.sampling, eos_token_ids, request.choice_index),
         stop_matcher(request.sampling.stop, request.sampling.include_stop_str_in_output) {
     tokens.insert(tokens.end(), request.resumed_output_token_ids.begin(),
@@ -63,6 +72,11 @@ struct Request {
   bool return_prompt_logits = false;
   bool return_mtp_logits = false;
   std::vector<int32_t> forced_output_token_ids;
+  std::vector<PromptImage> images;  // in prompt order
+  // The same images as the prefix cache keys them (filled from `images` on construction).
+  std::vector<cache::ImagePlacement> image_placements = placements_of(images);
+  // Each image preprocessed at submission, until its embeddings are encoded (then released).
+  std::vector<std::shared_ptr<const model::ProcessedImage>> processed_images;
   // Speculative decoding (docs/serving.md §4): the drafts proposed to follow tokens in this step,
   // scheduled after the last token and verified by its logits; cleared by the step.
   std::vector<int32_t> draft_tokens;
@@ -90,7 +104,10 @@ struct Request {
     return std::span<const int32_t>(tokens).first(static_cast<size_t>(num_prompt_tokens));
   }
   cache::SequenceTokens cache_tokens() const {
-    return {.tokens = tokens, .num_prompt_tokens = num_prompt_tokens, .cache_salt = cache_salt};
+    return {.tokens = tokens,
+            .num_prompt_tokens = num_prompt_tokens,
+            .cache_salt = cache_salt,
+            .images = image_placements};
   }
   std::span<const int32_t> output() const {
     return std::span<const int32_t>(tokens).subspan(static_cast<size_t>(num_prompt_tokens));
