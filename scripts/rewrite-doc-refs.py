@@ -33,7 +33,8 @@ SKIP_DIRS = {"node_modules", ".git", "__pycache__", ".pytest_cache"}
 SKIP_SUFFIXES = {".safetensors", ".npy", ".bin", ".model", ".jsonl", ".png", ".gz", ".zst"}
 THIS_FILE = Path(__file__).resolve()
 
-PAGES = ["models", "formats", "serving", "parallel", "performance", "style", "architecture", "README"]
+PAGES = ["models", "formats", "serving", "parallel", "performance", "style", "architecture", "vision",
+         "README"]
 # The architecture overview was once the README of the design pages.
 RENAMED = {"README": "architecture"}
 # The practices of style.md were items 1-20 of its section 2; docs/style.md numbers them §1-§20.

@@ -102,6 +102,18 @@ def kimi_counts(c):
     return {"total_params": total, "mtp_params": 0, "active_params": active, "routed_params": routed}
 
 
+def vision_counts(vc):
+    """Kimi-K3's tower and projector (docs/vision.md §3): conv, position table, blocks, final
+    norm, projector and its post-norm; no biases."""
+    d, p, q, i = (vc["vt_hidden_size"], vc["patch_size"], vc["qkv_hidden_size"],
+                  vc["vt_intermediate_size"])
+    block = 2 * d + 3 * q * d + d * q + 2 * i * d
+    merged = 4 * d
+    return (d * 3 * p * p + vc["init_pos_emb_height"] * vc["init_pos_emb_width"] * d
+            + vc["vt_num_hidden_layers"] * block + d + merged * merged
+            + vc["text_hidden_size"] * merged + vc["text_hidden_size"])
+
+
 def check(directory, inspect_json):
     config = json.load(open(os.path.join(directory, "config.json")))
     report = json.load(open(inspect_json))
@@ -109,6 +121,10 @@ def check(directory, inspect_json):
         expected = deepseek_counts(config)
     else:
         expected = kimi_counts(config.get("text_config", config))
+        if "vision_config" in config:  # counted in the total and in every token's active share
+            vision = vision_counts(config["vision_config"])
+            expected["total_params"] += vision
+            expected["active_params"] += vision
     problems = []
 
     def compare(what, got, want):

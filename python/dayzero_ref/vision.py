@@ -1,18 +1,18 @@
 """PyTorch reference of the Kimi-K3 image path: the published K3 HF image processor and the
 MoonViT3d vision tower with its PatchMergerMLPV2 projector, K3 options only, images only (t = 1).
-The spec it follows is the MoonViT reimplementation note (sections cited as "spec §n").
+What it follows is written down in docs/vision.md (cited below by section).
 
     preprocess(image_bytes, load_processor_config(MODEL_DIR)) -> ProcessedImage
     VisionReference(MODEL_DIR).encode([ProcessedImage, ...]) -> [Σ num_tokens, text_hidden] FP32
 
-Preprocessing (spec §8 "K3": media_utils.py + the K3 processor's get_resize_config):
+Preprocessing (docs/vision.md §2: the K3 processor):
 navit_resize_image plan, with the K3 loop that lowers in_patch_limit while the image would give
 more than in_patch_limit // 4 tokens; PIL Image.resize(BICUBIC) in the image's own mode (PIL
 premultiplies RGBA/LA and uses NEAREST for "P"/"1"); the transparent background filled after the
 resize (chessboard); zero padding right/bottom to multiples of patch·merge; x = float32(u8/255),
 x −= mean, x *= 1/std; patches [N, 3, p, p] row-major over the patch grid, CHW inside a patch.
 
-Tower (spec §2–§7, K3 column of §0): FP32 math on the BF16 weights, with activations rounded to BF16
+Tower (docs/vision.md §3): FP32 math on the BF16 weights, with activations rounded to BF16
 where a BF16 PyTorch model holds them: pixel_values (cast before the conv), conv output, the
 interpolated position table, the sum, every norm output, every linear output, the RoPE output, the
 attention output, the GELU outputs and each residual sum; softmax and RoPE in FP32.
@@ -44,13 +44,13 @@ from dayzero_ref import formats, safetensors_io
 from dayzero_ref.ref_common import ReferenceBase, load_config, weight_files
 
 VISION_LAYER = -2
-TOWER_NORM_EPS = float(np.finfo(np.float32).eps)  # nn.RMSNorm(eps=None): 1.1920929e-07 (spec §5)
+TOWER_NORM_EPS = float(np.finfo(np.float32).eps)  # nn.RMSNorm(eps=None): 1.1920929e-07 (docs/vision.md §3)
 ROPE_THETA = 10000.0
 ROPE_MAX_SIDE = 512
 TENSOR_PREFIXES = ("vision_tower.", "mm_projector.")
 # The tap names, in order; block{i}_out follows patch_embed for every block i.
 VISION_TAPS = ("pixel_values", "patch_embed", "final_norm", "merged", "projector_out")
-# The K3 options this reference implements (spec §0); anything else is refused.
+# The K3 options this reference implements (docs/vision.md §3); anything else is refused.
 K3_OPTIONS = {"norm_type": "rmsnorm", "pos_emb_type": "divided_fixed",
               "pos_emb_interpolation_mode": "bilinear", "merge_type": "sd2_tpool",
               "mm_projector_type": "patchmergerv2", "activation_func": "gelu_pytorch_tanh",
@@ -58,7 +58,7 @@ K3_OPTIONS = {"norm_type": "rmsnorm", "pos_emb_type": "divided_fixed",
 IMAGE_PROMPT = "<|media_begin|>image {width}x{height}<|media_content|><|media_pad|><|media_end|>"
 
 
-# ---------------------------------------------------------------- preprocessing (spec §8)
+# ---------------------------------------------------------------- preprocessing (docs/vision.md §2)
 
 @dataclasses.dataclass
 class ProcessedImage:
@@ -153,7 +153,7 @@ def fill_transparent(image, bg):
 
 
 def preprocess(image_bytes, cfg):
-    """One encoded image file -> ProcessedImage, as the K3 processor (spec §8): plan on the
+    """One encoded image file -> ProcessedImage, as the K3 processor (docs/vision.md §2): plan on the
     original size, PIL BICUBIC resize in the image's own mode, background fill at
     transparent_bg_fill_stage (K3: after_resize), zero pad right/bottom, normalize, patchify."""
     image = Image.open(io.BytesIO(image_bytes))
@@ -173,7 +173,7 @@ def preprocess(image_bytes, cfg):
     return ProcessedImage(np.ascontiguousarray(patches), gh, gw, plan.num_tokens, width, height)
 
 
-# ---------------------------------------------------------------- 2-D RoPE (spec §3)
+# ---------------------------------------------------------------- 2-D RoPE (docs/vision.md §3)
 
 def rope_table(grid_h, grid_w, head_dim):
     """complex64 [h·w, head_dim/2] for the row-major grid: entry 2k = cis(x·f_k) with x the
@@ -220,7 +220,7 @@ def load_vision_tensors(model_dir):
 
 
 def expected_shapes(vc):
-    """name -> shape of every K3 tower and projector tensor (spec §1, K3)."""
+    """name -> shape of every K3 tower and projector tensor (docs/vision.md §3)."""
     d, q, inter, p = (vc["vt_hidden_size"], vc["qkv_hidden_size"], vc["vt_intermediate_size"],
                       vc["patch_size"])
     merged = vc["mm_hidden_size"] * math.prod(vc["merge_kernel_size"])
@@ -308,7 +308,7 @@ class VisionReference(ReferenceBase):
 
     @staticmethod
     def merge(x, grid_h, grid_w):
-        """sd2_tpool for t = 1 (spec §6): [h·w, D] -> [(h/2)·(w/2), 4D], merged tokens row-major,
+        """sd2_tpool for t = 1 (docs/vision.md §3): [h·w, D] -> [(h/2)·(w/2), 4D], merged tokens row-major,
         each [TL | TR | BL | BR] of its 2×2 window."""
         if grid_h % 2 or grid_w % 2:
             raise ValueError(f"grid {grid_h}x{grid_w}: the 2x2 merge needs even sides")
