@@ -190,6 +190,11 @@ Status run(const GenerateArgs& args) {
                                {"accepted_tokens", metrics.spec_num_accepted_tokens},
                                {"accepted_per_position", metrics.spec_accepted_per_position},
                                {"rollback_bytes", metrics.spec_rollback_bytes}};
+    if (metrics.images_preprocessed > 0)
+      timing["vision"] = {{"images", metrics.images_encoded},
+                          {"image_tokens", metrics.image_tokens_encoded},
+                          {"preprocess_s", metrics.image_preprocess_seconds},
+                          {"encode_s", metrics.image_encode_seconds}};
     std::fprintf(stderr, "%s\n", timing.dump().c_str());
   }
   return Status::ok_status();

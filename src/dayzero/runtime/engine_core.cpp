@@ -215,6 +215,11 @@ struct EngineCore::Impl {
   std::vector<ImageEmbeddings> step_images;
   std::vector<model::GivenEmbedding> given_embeddings;
   int64_t images_encoded = 0;
+  int64_t image_tokens_encoded = 0;
+  double image_encode_seconds = 0.0;
+  // Preprocessing runs in add_request, a const path of the engine's state otherwise.
+  mutable int64_t images_preprocessed = 0;
+  mutable double image_preprocess_seconds = 0.0;
   // Preprocesses a request's images (the refusal names a bad one).
   Result<std::vector<std::shared_ptr<const model::ProcessedImage>>> process_images(
       const GenerationRequest& request) const;
@@ -234,6 +239,7 @@ struct EngineCore::Impl {
 Result<std::vector<std::shared_ptr<const model::ProcessedImage>>> EngineCore::Impl::process_images(
     const GenerationRequest& request) const {
   std::vector<std::shared_ptr<const model::ProcessedImage>> out;
+  const auto start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < request.images.size(); ++i) {
     const PromptImage& image = request.images[i];
     const auto* bytes = reinterpret_cast<const uint8_t*>(image.data->data());
@@ -247,6 +253,9 @@ Result<std::vector<std::shared_ptr<const model::ProcessedImage>>> EngineCore::Im
                         i, image.num_tokens, processed->num_tokens);
     out.push_back(std::make_shared<const model::ProcessedImage>(std::move(*processed)));
   }
+  images_preprocessed += static_cast<int64_t>(out.size());
+  image_preprocess_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }
 
@@ -283,7 +292,10 @@ void EngineCore::Impl::embed_images(std::span<const StepChunk> chunks) {
   }
   const int64_t hidden = vision->hidden_size();
   if (!batch.empty()) {
+    const auto start = std::chrono::steady_clock::now();
     const std::vector<float> rows = vision->encode(ctx, batch);
+    image_encode_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     int64_t at = 0;
     for (size_t k = 0; k < batch.size(); ++k) {
       const int64_t n = batch[k]->num_tokens * hidden;
@@ -291,6 +303,7 @@ void EngineCore::Impl::embed_images(std::span<const StepChunk> chunks) {
           std::make_shared<const std::vector<float>>(rows.begin() + at, rows.begin() + at + n);
       step_images.push_back(entry);  // kept for this step even if the cache cannot hold it
       encoder_cache->insert(hashes[k], std::move(entry));
+      image_tokens_encoded += batch[k]->num_tokens;
       at += n;
     }
     images_encoded += static_cast<int64_t>(batch.size());
@@ -1059,6 +1072,11 @@ EngineMetrics EngineCore::metrics() const {
   m.spec_num_draft_tokens = impl_->spec_num_draft_tokens;
   m.spec_num_accepted_tokens = impl_->spec_num_accepted_tokens;
   m.spec_accepted_per_position = impl_->spec_accepted_per_position;
+  m.images_preprocessed = impl_->images_preprocessed;
+  m.image_preprocess_seconds = impl_->image_preprocess_seconds;
+  m.images_encoded = impl_->images_encoded;
+  m.image_tokens_encoded = impl_->image_tokens_encoded;
+  m.image_encode_seconds = impl_->image_encode_seconds;
   if (impl_->rollback_slot_base > 0)
     m.spec_rollback_bytes =
         static_cast<int64_t>(impl_->snapshot_ids.size()) * impl_->cache.state_bytes_per_slot();

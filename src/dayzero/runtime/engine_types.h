@@ -158,6 +158,13 @@ struct EngineMetrics {
   // requests moved to a new group.
   int64_t worker_restarts = 0;
   int64_t requests_migrated = 0;
+  // Images (docs/vision.md §4): preprocessed at submission, encoded by the encoder step (tokens:
+  // the merged tokens they gave), and the seconds each took.
+  int64_t images_preprocessed = 0;
+  double image_preprocess_seconds = 0.0;
+  int64_t images_encoded = 0;
+  int64_t image_tokens_encoded = 0;
+  double image_encode_seconds = 0.0;
 };
 
 }  // namespace dz::runtime
