@@ -94,6 +94,7 @@ def main():
                 proc = subprocess.run(
                     [args.dayzero, "generate", "--model", args.model_dir, "--image", path,
                      "--prompt", "Describe the picture.", "--max-tokens", "1", "--timing",
+                     "--max-model-len", "20000",
                      "--threads", str(args.threads)], capture_output=True, text=True, check=False)
                 if proc.returncode != 0:
                     sys.exit(f"dayzero generate failed:\n{proc.stderr}")

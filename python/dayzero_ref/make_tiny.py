@@ -42,7 +42,7 @@ from collections import namedtuple
 import torch
 
 from dayzero_ref import (decisive_hybrid, decisive_kimi, decisive_v32, formats, safetensors_io,
-                         tokenizer_gen)
+                         tokenizer_gen, vision)
 
 ARCHS = ("deepseek_v32", "kimi_linear", "kimi_k3", "dayzero_hybrid")
 
@@ -354,27 +354,16 @@ def kimi_layout(c, prefix=""):
 
 
 def vision_layout(vc):
-    """Kimi-K3's vision tower and PatchMergerMLPV2 projector (no biases, RMSNorm weights)."""
-    d, q, inter, p = (vc["vt_hidden_size"], vc["qkv_hidden_size"], vc["vt_intermediate_size"],
-                      vc["patch_size"])
-    merged = vc["mm_hidden_size"] * math.prod(vc["merge_kernel_size"])
-    t = "vision_tower."
-    out = [Entry(t + "patch_embed.proj.weight", (d, 3, p, p), "conv", "BF16"),
-           Entry(t + "patch_embed.pos_emb.weight",
-                 (vc["init_pos_emb_height"], vc["init_pos_emb_width"], d), "pos_emb", "BF16")]
-    for i in range(vc["vt_num_hidden_layers"]):
-        b = f"{t}encoder.blocks.{i}."
-        out += [Entry(b + "norm0.weight", (d,), "norm", "BF16"),
-                Entry(b + "norm1.weight", (d,), "norm", "BF16"),
-                Entry(b + "wqkv.weight", (3 * q, d), "linear", "BF16"),
-                Entry(b + "wo.weight", (d, q), "linear", "BF16"),
-                Entry(b + "mlp.fc0.weight", (inter, d), "linear", "BF16"),
-                Entry(b + "mlp.fc1.weight", (d, inter), "linear", "BF16")]
-    return out + [Entry(t + "encoder.final_layernorm.weight", (d,), "norm", "BF16"),
-                  Entry("mm_projector.proj.0.weight", (merged, merged), "linear", "BF16"),
-                  Entry("mm_projector.proj.2.weight", (vc["text_hidden_size"], merged), "linear",
-                        "BF16"),
-                  Entry("mm_projector.post_norm.weight", (vc["text_hidden_size"],), "norm", "BF16")]
+    """Kimi-K3's vision tower and PatchMergerMLPV2 projector: the reference's table of names and
+    shapes (vision.expected_shapes), all BF16, each drawn by its kind."""
+    def kind(name):
+        if name.endswith("patch_embed.proj.weight"):
+            return "conv"
+        if name.endswith("pos_emb.weight"):
+            return "pos_emb"
+        return "norm" if "norm" in name.rsplit(".", 2)[-2] else "linear"
+    return [Entry(name, shape, kind(name), "BF16")
+            for name, shape in vision.expected_shapes(vc).items()]
 
 
 def layout(arch, config):
