@@ -8,7 +8,6 @@
 // stb_image, compiled here only, for the formats above and from memory only.
 #define STB_IMAGE_IMPLEMENTATION
 #define STBI_ONLY_PNG
-#define STBI_ONLY_JPEG
 #define STBI_ONLY_GIF
 #define STBI_ONLY_BMP
 #define STBI_NO_STDIO
@@ -56,8 +55,8 @@ struct Size {
   int64_t height = 0;
 };
 
-// The size the file declares, read here rather than by stb (which refuses some sizes with a bare
-// "unknown image type"); nothing when the header is cut short.
+// The size the file declares (PNG, GIF, BMP), read here rather than by stb (which refuses some
+// sizes with a bare "unknown image type"); nothing when the header is cut short.
 std::optional<Size> declared_size(std::span<const uint8_t> b, std::string_view container) {
   if (container == "PNG") {  // IHDR first: width, height as big-endian u32
     if (b.size() < 26) return std::nullopt;
@@ -73,20 +72,23 @@ std::optional<Size> declared_size(std::span<const uint8_t> b, std::string_view c
     const auto h = static_cast<int32_t>(little_endian(b, 22, 4));
     return Size{std::abs(int64_t{w}), std::abs(int64_t{h})};
   }
-  // JPEG: the first start-of-frame marker (C0–CF but C4, C8, CC) holds height, width.
-  size_t at = 2;
-  while (at + 9 <= b.size()) {
-    if (b[at] != 0xff) return std::nullopt;
-    const uint8_t marker = b[at + 1];
-    if (marker == 0xff) {  // fill byte
-      ++at;
-      continue;
-    }
-    if (marker >= 0xc0 && marker <= 0xcf && marker != 0xc4 && marker != 0xc8 && marker != 0xcc)
-      return Size{big_endian(b, at + 7, 2), big_endian(b, at + 5, 2)};
-    at += 2 + big_endian(b, at + 2, 2);
-  }
   return std::nullopt;
+}
+
+// PNG chunks must each fit in the file: stb_image grows its IDAT buffer to a chunk's declared
+// length before reading it, so one forged length field of a few-byte file would cost gigabytes.
+Status check_png_chunks(std::span<const uint8_t> b) {
+  size_t at = 8;  // after the signature
+  while (at + 12 <= b.size()) {
+    const uint32_t length = big_endian(b, at, 4);
+    if (length > b.size() - at - 12)
+      return make_error(StatusCode::kInvalidArgument,
+                        "corrupt PNG: a chunk at byte {} declares {} bytes, {} remain", at, length,
+                        b.size() - at - 12);
+    if (std::memcmp(b.data() + at + 4, "IEND", 4) == 0) return Status::ok_status();
+    at += 12 + length;
+  }
+  return make_error(StatusCode::kInvalidArgument, "truncated PNG: it ends before its IEND chunk");
 }
 
 }  // namespace
@@ -98,11 +100,15 @@ Result<DecodedImage> decode_image(std::span<const uint8_t> bytes, const ImageLim
   const std::string_view container = container_of(bytes);
   if (container.empty())
     return make_error(StatusCode::kInvalidArgument,
-                      "not an image: the data is none of PNG, JPEG, GIF or BMP ({} bytes)",
-                      bytes.size());
-  if (container != "PNG" && container != "JPEG" && container != "GIF" && container != "BMP")
+                      "not an image: the data is none of PNG, GIF or BMP ({} bytes)", bytes.size());
+  if (container == "JPEG")  // docs/vision.md §1
     return make_error(StatusCode::kUnsupported,
-                      "{} images are not supported (PNG, JPEG, GIF and BMP are)", container);
+                      "JPEG images are not supported yet (send PNG): Debian's stb_image reads out "
+                      "of bounds on crafted JPEG files, and its replacement, libjpeg-turbo, is not "
+                      "linked yet");
+  if (container != "PNG" && container != "GIF" && container != "BMP")
+    return make_error(StatusCode::kUnsupported,
+                      "{} images are not supported (PNG, GIF and BMP are)", container);
   if (bytes.size() > static_cast<size_t>(INT32_MAX))
     return make_error(StatusCode::kInvalidArgument, "image file too large");
   const std::optional<Size> declared = declared_size(bytes, container);
@@ -119,6 +125,7 @@ Result<DecodedImage> decode_image(std::span<const uint8_t> bytes, const ImageLim
     return make_error(StatusCode::kInvalidArgument,
                       "{} image of {}x{} pixels: each side must be at least {} pixels", container,
                       w, h, limits.min_side);
+  if (container == "PNG") DZ_RETURN_IF_ERROR(check_png_chunks(bytes));
   const auto size = static_cast<int>(bytes.size());
   int width = 0;
   int height = 0;
