@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev ocl-icd-opencl-dev libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
   libpcre2-dev libstb-dev libxxhash-dev
+  libjpeg62-turbo-dev  # JPEG images (formats/jpeg_decode); the decoder Pillow uses too
   # Multi-rank runs (dist/). mpirun refuses to start, even for ranks on this one machine, unless it
   # finds an rsh agent (ssh), which openmpi-bin only recommends.
   libopenmpi-dev openmpi-bin openssh-client

@@ -6,7 +6,9 @@ reference, and through every engine path that must not change the result.
    files): teacher-forced logits of the engine's greedy tokens, median over positions of the
    relative L2 error < 2e-2 and argmax agreement >= 0.95 (docs/models.md §8.1), for images of
    several sizes and aspect ratios (padding, a resize, the position table used as stored), RGBA,
-   greyscale and palette files, one and three images per request. The tiny projector is shaped so
+   greyscale and palette files, a JPEG, one and three images per request. `dayzero verify --image`
+   finds 0 pixel values differing from the reference's preprocessing, PNG and JPEG (baseline,
+   greyscale, progressive, 4:4:4). The tiny projector is shaped so
    that image positions decide routing and argmax as clearly as text (decisive_kimi).
 2. Chunked prefill through the images (a step budget of 16 tokens cuts every image), and prefix-
    cache hits over an image, give the same tokens as one whole prefill; the same picture in
@@ -53,6 +55,18 @@ def write_images(folder):
     save("palette_90x60.png", palette)
     other = rng.integers(0, 256, (84, 56, 3), dtype=np.uint8)  # same size as rgb_56x84
     save("other_56x84.png", Image.fromarray(other))
+    # JPEG: baseline 4:2:0, greyscale, progressive 4:2:2, 4:4:4 (libjpeg-turbo on both sides).
+    Image.fromarray(rng.integers(0, 256, (70, 90, 3), dtype=np.uint8)).save(
+        os.path.join(folder, "rgb_90x70.jpg"), quality=90)
+    Image.fromarray(grey.astype(np.uint8), "L").save(os.path.join(folder, "grey_300x200.jpg"),
+                                                     quality=85)
+    Image.fromarray(rng.integers(0, 256, (150, 130, 3), dtype=np.uint8)).save(
+        os.path.join(folder, "progressive_130x150.jpg"), quality=75, progressive=True,
+        subsampling=1)
+    Image.fromarray(rng.integers(0, 256, (50, 60, 3), dtype=np.uint8)).save(
+        os.path.join(folder, "s444_60x50.jpg"), quality=95, subsampling=0)
+    for name in ("rgb_90x70.jpg", "grey_300x200.jpg", "progressive_130x150.jpg", "s444_60x50.jpg"):
+        paths[name] = os.path.join(folder, name)
     return paths
 
 
@@ -96,7 +110,7 @@ class VisionEngineTest(unittest.TestCase):
 
     def test_image_requests_match_the_reference(self):
         cases = [["rgb_56x84.png"], ["rgba_50x70.png"], ["grey_300x200.png"],
-                 ["rgb_112x112.png"], ["palette_90x60.png"],
+                 ["rgb_112x112.png"], ["palette_90x60.png"], ["rgb_90x70.jpg"],
                  ["rgb_56x84.png", "grey_300x200.png", "rgba_50x70.png"]]
         lines = [{"prompt": "What is in the picture?", "images": [self.images[n] for n in c]}
                  for c in cases]
@@ -110,6 +124,20 @@ class VisionEngineTest(unittest.TestCase):
                 agree = np.mean(out["logits"].argmax(-1) == ref.argmax(-1))
                 self.assertLess(float(np.median(rel)), REF_MEDIAN_REL_L2, rel)
                 self.assertGreaterEqual(agree, REF_ARGMAX_AGREEMENT)
+
+    def test_verify_preprocessing_is_pixel_exact(self):
+        """`dayzero verify --image`: 0 pixel values differ from the reference's preprocessing
+        (Pillow, libjpeg-turbo) for every kind of file, then the vision and text rows pass."""
+        names = ["rgb_56x84.png", "rgba_50x70.png", "grey_300x200.png", "palette_90x60.png",
+                 "rgb_90x70.jpg", "grey_300x200.jpg", "progressive_130x150.jpg", "s444_60x50.jpg"]
+        for group in (names[:4], names[4:]):
+            with self.subTest(images=group):
+                flags = [x for n in group for x in ("--image", self.images[n])]
+                result = run_dayzero("verify", "--model", self.model, *flags, timeout=300)
+                self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+                pixels = [line for line in result.stdout.splitlines() if "vision pixels" in line]
+                self.assertEqual(len(pixels), 1, result.stdout)
+                self.assertRegex(pixels[0], r"values_beyond_equal\s+0\s.*PASS")
 
     def test_chunked_prefill_and_prefix_hits_give_the_same_tokens(self):
         three = [self.images[n] for n in ("rgb_56x84.png", "grey_300x200.png", "rgba_50x70.png")]

@@ -1,5 +1,6 @@
 // `dayzero serve [--model DIR] [--host 127.0.0.1] [--port 8000] [--api-key KEY]...
-// [--max-queued-requests N] [--served-model-name NAME] [--max-request-bytes N] [--sse-keepalive S]
+// [--max-queued-requests N] [--served-model-name NAME] [--max-request-bytes N]
+// [--allowed-media-domains HOST...] [--sse-keepalive S]
 // [--metrics-prefix P]` plus the engine flags: the OpenAI-compatible server (docs/serving.md §5).
 // It listens at once (GET /health answers 503 until the model is loaded), logs its URL, and on
 // SIGINT or SIGTERM drains (new requests 503, running ones finish within --drain-timeout); a
@@ -44,7 +45,8 @@ struct ServeArgs {
   int port = 8000;
   std::vector<std::string> api_keys;
   std::string served_model_name;
-  int64_t max_request_bytes = 4 << 20;
+  int64_t max_request_bytes = 32 << 20;  // images travel inside as base64 data URLs
+  std::vector<std::string> allowed_media_domains;
   double sse_keepalive_s = 15.0;
   std::string metrics_prefix = "vllm";
   EngineArgs engine;
@@ -114,6 +116,7 @@ Result<serve::ServerConfig> server_config(const ServeArgs& args) {
   config.served_model_name = args.served_model_name;
   config.api_keys = args.api_keys;
   config.max_request_bytes = args.max_request_bytes;
+  config.media.allowed_domains = args.allowed_media_domains;
   config.sse_keepalive_s = args.sse_keepalive_s;
   config.metrics_prefix = args.metrics_prefix;
   DZ_ASSIGN_OR_RETURN(config.engine, engine_config(args.model, args.engine));
@@ -205,6 +208,11 @@ RunCommand add_serve_command(CLI::App& app) {
                    "largest request body; larger ones get 413")
       ->check(integer_at_least(1024))
       ->capture_default_str();
+  command
+      ->add_option("--allowed-media-domains", args->allowed_media_domains,
+                   "hosts whose http(s) image URLs are fetched (default: none; data: URLs always "
+                   "work)")
+      ->expected(1, -1);
   command
       ->add_option("--sse-keepalive", args->sse_keepalive_s,
                    "seconds between ': keep-alive' comments while a stream has nothing to send")

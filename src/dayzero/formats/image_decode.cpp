@@ -5,6 +5,8 @@
 #include <optional>
 #include <string_view>
 
+#include "dayzero/formats/jpeg_decode.h"
+
 // stb_image, compiled here only, for the formats above and from memory only.
 #define STB_IMAGE_IMPLEMENTATION
 #define STBI_ONLY_PNG
@@ -100,15 +102,12 @@ Result<DecodedImage> decode_image(std::span<const uint8_t> bytes, const ImageLim
   const std::string_view container = container_of(bytes);
   if (container.empty())
     return make_error(StatusCode::kInvalidArgument,
-                      "not an image: the data is none of PNG, GIF or BMP ({} bytes)", bytes.size());
-  if (container == "JPEG")  // docs/vision.md §1
-    return make_error(StatusCode::kUnsupported,
-                      "JPEG images are not supported yet (send PNG): Debian's stb_image reads out "
-                      "of bounds on crafted JPEG files, and its replacement, libjpeg-turbo, is not "
-                      "linked yet");
+                      "not an image: the data is none of PNG, JPEG, GIF or BMP ({} bytes)",
+                      bytes.size());
+  if (container == "JPEG") return decode_jpeg(bytes, limits);  // docs/vision.md §1
   if (container != "PNG" && container != "GIF" && container != "BMP")
     return make_error(StatusCode::kUnsupported,
-                      "{} images are not supported (PNG, GIF and BMP are)", container);
+                      "{} images are not supported (PNG, JPEG, GIF and BMP are)", container);
   if (bytes.size() > static_cast<size_t>(INT32_MAX))
     return make_error(StatusCode::kInvalidArgument, "image file too large");
   const std::optional<Size> declared = declared_size(bytes, container);

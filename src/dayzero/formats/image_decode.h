@@ -1,8 +1,8 @@
 #pragma once
 // Image files to 8-bit pixels (docs/vision.md §1): PNG, GIF (first frame) and BMP through
-// stb_image. JPEG is refused until a decoder that survives crafted files is linked (stb's does
-// not). The size is read from the header and checked against the limits before a single pixel is
-// decoded, so a small file that declares a huge image (a "decompression bomb") costs nothing.
+// stb_image, JPEG through libjpeg-turbo (stb's JPEG decoder does not survive crafted files). The
+// size is read from the header and checked against the limits before a single pixel is decoded, so
+// a small file that declares a huge image (a "decompression bomb") costs nothing.
 
 #include <cstdint>
 #include <span>
@@ -32,7 +32,7 @@ struct ImageLimits {
 // Decodes `bytes`; grayscale becomes RGB, grey + alpha becomes RGBA. Alpha is kept where Pillow
 // sees transparency: an alpha channel, or a tRNS chunk on a palette or grey PNG (on an RGB PNG
 // Pillow keeps RGB, and so does this). kInvalidArgument names what
-// is wrong: not an image, a format not read here (JPEG, WebP, TIFF, ...), a size outside the
+// is wrong: not an image, a format not read here (WebP, TIFF, CMYK JPEG, ...), a size outside the
 // limits, a truncated or corrupt file.
 Result<DecodedImage> decode_image(std::span<const uint8_t> bytes, const ImageLimits& limits = {});
 

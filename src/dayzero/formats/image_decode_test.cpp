@@ -65,16 +65,6 @@ TEST(ImageDecode, LosslessFormatsRoundTripAndGreyBecomesRgb) {
   EXPECT_EQ(image->pixels, rgb);
 }
 
-TEST(ImageDecode, JpegIsRefusedUntilASafeDecoderIsLinked) {
-  std::vector<uint8_t> pixels(64 * 48 * 3, 100);
-  std::vector<uint8_t> jpeg;
-  ASSERT_NE(stbi_write_jpg_to_func(append, &jpeg, 64, 48, 3, pixels.data(), 95), 0);
-  Result<DecodedImage> image = decode_image(jpeg);
-  ASSERT_FALSE(image.ok());
-  EXPECT_EQ(image.status().code(), StatusCode::kUnsupported);
-  EXPECT_NE(image.status().message().find("JPEG images are not supported yet"), std::string::npos);
-}
-
 TEST(ImageDecode, BadInputsNameWhatIsWrong) {
   const std::vector<uint8_t> good = png(40, 30, 3, random_pixels(40, 30, 3, 7));
   EXPECT_NE(error_of({}).find("not an image"), std::string::npos);

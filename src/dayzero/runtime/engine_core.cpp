@@ -461,8 +461,9 @@ Status EngineCore::validate_images(const GenerationRequest& request) const {
   if (vision == nullptr)
     return make_error(StatusCode::kInvalidArgument, "images: this model takes no images");
   if (impl_->model->comm_stats() != nullptr)
-    return make_error(StatusCode::kUnsupported,
-                      "images: not supported yet with the model over several ranks");
+    return make_error(StatusCode::kInvalidArgument,
+                      "images: not supported yet with the model over several ranks (--tp, --ep, "
+                      "--cp)");
   if (request.return_mtp_logits)
     return make_error(StatusCode::kInvalidArgument, "images: not with return_mtp_logits");
   int64_t end = 0;

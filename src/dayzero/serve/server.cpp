@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "dayzero/serve/http/chat_prompt.h"
 #include "dayzero/serve/http/completions_handler.h"
 #include "dayzero/serve/http/server_metrics.h"
 #include "dayzero/serve/http/serving_model.h"
@@ -107,9 +108,9 @@ void Server::State::tokenize(const httplib::Request& request, httplib::Response&
     body["model"] = model_name;
     auto chat = openai::parse_chat_request(body.dump(), config.limits);
     if (auto* error = std::get_if<ApiError>(&chat)) return send_error(response, *error);
-    auto text = http::render_chat(*model, std::get<openai::ChatRequest>(chat));
-    if (auto* error = std::get_if<ApiError>(&text)) return send_error(response, *error);
-    ids = http::encode_prompt(*model, std::get<std::string>(text), /*chat=*/true, "messages");
+    auto built = http::build_chat_prompt(*model, std::get<openai::ChatRequest>(chat), config.media);
+    if (auto* error = std::get_if<ApiError>(&built)) return send_error(response, *error);
+    ids = std::move(std::get<http::ChatPrompt>(built).token_ids);  // image tokens counted
   } else {
     const auto it = body.find("prompt");
     if (it == body.end() || !it->is_string())

@@ -19,6 +19,7 @@
 #include "dayzero/model/causal_lm.h"
 #include "dayzero/runtime/engine.h"
 #include "dayzero/runtime/engine_types.h"
+#include "dayzero/serve/http/image_urls.h"
 #include "dayzero/serve/openai/sampling_fields.h"
 
 namespace httplib {
@@ -31,13 +32,14 @@ struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (see Server::port())
   std::string model_dir;
-  std::string served_model_name;        // empty: the model folder's name
-  std::vector<std::string> api_keys;    // non-empty: Bearer auth on /v1/*, /tokenize, /detokenize
-  int64_t max_request_bytes = 4 << 20;  // bodies above: 413
-  double sse_keepalive_s = 15.0;        // ": keep-alive" while a stream has nothing to send
-  std::string metrics_prefix = "vllm";  // Prometheus namespace
-  int num_http_threads = 0;             // 0: from max_num_seqs + max_queued_requests
-  openai::ParseLimits limits;           // vocab_size is filled from the tokenizer
+  std::string served_model_name;         // empty: the model folder's name
+  std::vector<std::string> api_keys;     // non-empty: Bearer auth on /v1/*, /tokenize, /detokenize
+  int64_t max_request_bytes = 32 << 20;  // bodies above: 413 (images come as base64 inside)
+  double sse_keepalive_s = 15.0;         // ": keep-alive" while a stream has nothing to send
+  std::string metrics_prefix = "vllm";   // Prometheus namespace
+  int num_http_threads = 0;              // 0: from max_num_seqs + max_queued_requests
+  openai::ParseLimits limits;            // vocab_size is filled from the tokenizer
+  http::MediaOptions media;              // image URLs: --allowed-media-domains
   // eos_token_ids, token_bytes and model_identity are filled by the server when empty.
   runtime::EngineConfig engine;
   ExecContext exec;

@@ -10,6 +10,7 @@
 #include "dayzero/model/blocks/attn_res.h"
 #include "dayzero/model/hybrid_model.h"
 #include "dayzero/model/tensor_table_builder.h"
+#include "dayzero/model/vision/image_input.h"
 
 namespace dz::model {
 namespace {
@@ -200,18 +201,8 @@ Result<std::unique_ptr<CausalLm>> load_kimi_linear_model(
     parts.mtp->layer = std::move(layer);
   }
   if (config.vision) {
-    // The processor's settings sit beside config.json, as the published checkpoints ship them.
-    const std::string path = checkpoint->dir() + "/preprocessor_config.json";
-    Result<formats::ConfigObject> file = formats::ConfigObject::load(path);
-    if (!file.ok())
-      return make_error(StatusCode::kInvalidArgument,
-                        "the vision tower needs the image processor's settings: {}",
-                        file.status().message());
-    DZ_ASSIGN_OR_RETURN(ImageProcessorConfig processor, parse_image_processor_config(*file));
-    if (processor.patch_size != config.vision->patch_size)
-      return make_error(StatusCode::kInvalidArgument,
-                        "preprocessor_config.json: patch_size {} differs from vision_config's {}",
-                        processor.patch_size, config.vision->patch_size);
+    DZ_ASSIGN_OR_RETURN(ImageProcessorConfig processor,
+                        load_image_processor_config(checkpoint->dir(), config.vision->patch_size));
     parts.vision = std::make_unique<VisionEncoder>(MoonVit(*config.vision, std::move(w.vision)),
                                                    processor, config.media_placeholder_token_id);
   }

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "dayzero/serve/http/chat_prompt.h"
 #include "dayzero/serve/http/connection_watch.h"
 #include "dayzero/serve/http/generation.h"
 #include "dayzero/serve/openai/chat_request.h"
@@ -245,12 +246,13 @@ void handle_chat_completions(const HandlerContext& context, const httplib::Reque
   openai::ChatRequest& chat = std::get<openai::ChatRequest>(parsed);
   if (auto error = check_model(context, chat.fields.model)) return send_error(response, *error);
 
-  auto text = render_chat(*context.model, chat);
-  if (auto* error = std::get_if<ApiError>(&text)) return send_error(response, *error);
-  auto ids = encode_prompt(*context.model, std::get<std::string>(text), /*chat=*/true, "messages");
-  if (auto* error = std::get_if<ApiError>(&ids)) return send_error(response, *error);
-  PromptInput prompt{
-      .token_ids = std::move(std::get<std::vector<int32_t>>(ids)), .max_tokens = 0, .text = {}};
+  auto built = build_chat_prompt(*context.model, chat, context.config->media);
+  if (auto* error = std::get_if<ApiError>(&built)) return send_error(response, *error);
+  ChatPrompt& chat_prompt = std::get<ChatPrompt>(built);
+  PromptInput prompt{.token_ids = std::move(chat_prompt.token_ids),
+                     .images = std::move(chat_prompt.images),
+                     .max_tokens = 0,
+                     .text = {}};
   auto max_tokens =
       resolve_max_tokens(*context.model, static_cast<int64_t>(prompt.token_ids.size()),
                          chat.fields.max_tokens, /*chat=*/true, "messages");

@@ -29,6 +29,7 @@ std::optional<ApiError> GenerationRun::submit(const std::vector<PromptInput>& pr
   for (size_t p = 0; p < prompts.size(); ++p) {
     runtime::GenerationRequest request;
     request.prompt_token_ids = prompts[p].token_ids;
+    request.images = prompts[p].images;
     request.sampling = fields.sampling;
     request.max_tokens = prompts[p].max_tokens;
     request.priority = fields.priority;

@@ -23,6 +23,7 @@ namespace dz::serve::http {
 
 struct PromptInput {
   std::vector<int32_t> token_ids;
+  std::vector<runtime::PromptImage> images;  // chat: over placeholder tokens of token_ids
   int64_t max_tokens = 16;
   std::string text;  // the prompt as text (completions' echo)
 };

@@ -40,6 +40,7 @@ Result<std::unique_ptr<ServingModel>> load_serving_model(
                    m->chat_template_error);
     }
   }
+  DZ_ASSIGN_OR_RETURN(m->image_input, model::load_image_input_config(config.model_dir));
   runtime::EngineConfig engine = config.engine;
   if (engine.eos_token_ids.empty()) engine.eos_token_ids = m->defaults.eos_token_ids;
   const Tokenizer* tokenizer = m->tokenizer.get();

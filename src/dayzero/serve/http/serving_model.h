@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dayzero/model/causal_lm.h"
+#include "dayzero/model/vision/image_input.h"
 #include "dayzero/runtime/engine.h"
 #include "dayzero/runtime/generation_config.h"
 #include "dayzero/serve/chat/chat_template.h"
@@ -33,6 +34,9 @@ struct ServingModel {
   bool dsv32_encoder = false;       // model_type deepseek_v32: the fixed encoder
   std::string chat_template_error;  // why chat is unavailable, if it is
   int64_t max_model_len = 0;
+  // The model takes images (config.json has a vision_config): how the frontend inspects them and
+  // which token marks their place (docs/serving.md §5.6).
+  std::optional<model::ImageInputConfig> image_input;
   runtime::TokenBytesFn token_bytes;
   // In process: a runtime::Engine over `model`; supervised: the worker group's supervisor (and
   // `model` stays null here).

@@ -13,8 +13,33 @@ namespace {
 constexpr std::array<std::string_view, 5> kRoles = {"system", "developer", "user", "assistant",
                                                     "tool"};
 
-// Content parts → text, joined with "\n" as vLLM's "string" content format does.
-void read_content_parts(FieldReader& reader, const nlohmann::json& parts, std::string& out) {
+// An image part's URL: {"type":"image_url","image_url":{"url":...}} (OpenAI), the URL as a bare
+// string there (vLLM accepts both), or {"type":"input_image","image_url":...} (Responses API).
+void read_image_url(FieldReader& part_reader, std::string& url, std::string& param) {
+  const nlohmann::json* value = part_reader.find("image_url");
+  if (value == nullptr)
+    return part_reader.fail("image_url", part_reader.param("image_url") + " is required");
+  if (value->is_string()) {
+    url = value->get<std::string>();
+    param = part_reader.param("image_url");
+    return;
+  }
+  if (!value->is_object())
+    return part_reader.fail_type("image_url", *value, "an object with a url, or a URL string");
+  FieldReader url_reader(*value, part_reader.param("image_url") + ".");
+  if (!url_reader.read_string("url", url) && url_reader.ok())
+    url_reader.fail("url", url_reader.param("url") + " is required");
+  std::string detail;  // "auto" | "low" | "high": OpenAI's resolution hint; K3 has one rule
+  url_reader.read_string("detail", detail);
+  param = url_reader.param("url");
+  part_reader.adopt(url_reader.take_error());
+}
+
+// Content parts → text, joined with "\n" as vLLM's "string" content format does; an image part
+// joins as an empty text whose offset the image keeps (the server puts the model's image text
+// there, docs/serving.md §5.6).
+void read_content_parts(FieldReader& reader, const nlohmann::json& parts, const std::string& role,
+                        std::string& out, std::vector<ChatImagePart>& images) {
   for (size_t j = 0; j < parts.size() && reader.ok(); ++j) {
     const std::string field = fmt::format("content[{}]", j);
     const nlohmann::json& part = parts[j];
@@ -25,15 +50,20 @@ void read_content_parts(FieldReader& reader, const nlohmann::json& parts, std::s
       if (part_reader.ok()) part_reader.fail("type", part_reader.param("type") + " is required");
       return reader.adopt(part_reader.take_error());
     }
+    if (j > 0) out += '\n';
     if (type == "text") {
       std::string text;
       if (!part_reader.read_string("text", text) && part_reader.ok())
         part_reader.fail("text", part_reader.param("text") + " is required");
-      if (j > 0) out += '\n';
       out += text;
     } else if (type == "image_url" || type == "input_image") {
-      // docs/serving.md §5.6: the vision path is not built yet.
-      part_reader.fail("type", "images are not supported by this model");
+      if (role != "user")
+        part_reader.fail("type", fmt::format("images are allowed in user messages only, not in "
+                                             "a \"{}\" message",
+                                             role));
+      ChatImagePart image{.offset = out.size(), .url = {}, .param = {}};
+      if (part_reader.ok()) read_image_url(part_reader, image.url, image.param);
+      if (part_reader.ok()) images.push_back(std::move(image));
     } else {
       part_reader.fail("type", fmt::format("unsupported content part type \"{}\"", type));
     }
@@ -94,7 +124,7 @@ std::optional<ApiError> read_message(const nlohmann::json& value, size_t index, 
     out.content = content->get<std::string>();
   } else if (content->is_array()) {
     out.content.emplace();
-    read_content_parts(reader, *content, *out.content);
+    read_content_parts(reader, *content, out.role, *out.content, out.images);
   } else {
     reader.fail_type("content", *content, "a string or a list of content parts");
   }

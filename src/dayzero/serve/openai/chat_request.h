@@ -17,11 +17,19 @@
 
 namespace dz::serve::openai {
 
+// An image content part: its URL as sent and where its text goes in the message's content.
+struct ChatImagePart {
+  size_t offset = 0;  // in ChatMessage::content, where the image's prompt text is inserted
+  std::string url;    // data: URL or http(s) URL, unchecked here
+  std::string param;  // the field, for errors ("messages[0].content[1].image_url.url")
+};
+
 struct ChatMessage {
   std::string role = {};  // system | developer | user | assistant | tool
   // A string, or the text parts of a content list joined with "\n" (vLLM's "string" content
   // format). nullopt: null or absent, allowed only for assistant turns (e.g. with tool_calls).
   std::optional<std::string> content = {};
+  std::vector<ChatImagePart> images = {};  // user messages' image parts, in order
   std::optional<std::string> name = {};
   std::optional<std::string> reasoning_content = {};  // earlier assistant turns, as sent
   nlohmann::json tool_calls = {};                // assistant: the array as sent; null when none
@@ -41,7 +49,8 @@ struct ChatRequest {
 };
 
 // Parses and validates a chat request body. Errors are 400 invalid_request_error naming the field
-// ("messages[2].content[0].type"); image parts give 400 until the vision path lands (§5.6).
+// ("messages[2].content[0].type"). Image parts are allowed in user messages; their URLs are
+// the server's to load (§5.6).
 std::variant<ChatRequest, ApiError> parse_chat_request(std::string_view body,
                                                        const ParseLimits& limits);
 

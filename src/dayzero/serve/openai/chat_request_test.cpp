@@ -78,6 +78,27 @@ TEST(ChatRequest, EveryRoleAndMessageField) {
       {"role": "assistant", "content": "It is 12C."}])"));
 }
 
+TEST(ChatRequest, ImagePartsKeepTheirPlaceInTheText) {
+  const ChatRequest request = parse_ok(body_with(R"("messages": [
+      {"role": "user", "content": [
+          {"type": "image_url", "image_url": {"url": "data:image/png;base64,QQ==", "detail": "low"}},
+          {"type": "text", "text": "ab"},
+          {"type": "image_url", "image_url": "https://example.com/b.png"},
+          {"type": "input_image", "image_url": "data:image/jpeg;base64,Qg=="},
+          {"type": "text", "text": "c"}]}])"));
+  const ChatMessage& m = request.messages[0];
+  EXPECT_EQ(m.content, "\nab\n\n\nc");
+  ASSERT_EQ(m.images.size(), 3u);
+  EXPECT_EQ(m.images[0].offset, 0u);
+  EXPECT_EQ(m.images[0].url, "data:image/png;base64,QQ==");
+  EXPECT_EQ(m.images[0].param, "messages[0].content[0].image_url.url");
+  EXPECT_EQ(m.images[1].offset, 4u);
+  EXPECT_EQ(m.images[1].url, "https://example.com/b.png");
+  EXPECT_EQ(m.images[1].param, "messages[0].content[2].image_url");
+  EXPECT_EQ(m.images[2].offset, 5u);
+  EXPECT_EQ(m.images[2].param, "messages[0].content[3].image_url");
+}
+
 TEST(ChatRequest, LogprobsAndTopLogprobs) {
   const ChatRequest request =
       parse_ok(body_with(std::string(kUser) + R"(, "logprobs": true, "top_logprobs": 20)"));
@@ -166,9 +187,20 @@ TEST(ChatRequest, BadRequestsGive400NamingTheField) {
       {body_with(R"("messages": [{"role": "user", "content": [{"type": "text", "text": 1}]}])"),
        "messages[0].content[0].text",
        "messages[0].content[0].text: expected a string, got an integer"},
-      {body_with(R"("messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+      {body_with(R"("messages": [{"role": "assistant", "content": [
           {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}])"),
-       "messages[0].content[1].type", "images are not supported by this model"},
+       "messages[0].content[0].type",
+       "images are allowed in user messages only, not in a \"assistant\" message"},
+      {body_with(R"("messages": [{"role": "user", "content": [{"type": "image_url"}]}])"),
+       "messages[0].content[0].image_url", "messages[0].content[0].image_url is required"},
+      {body_with(R"("messages": [{"role": "user", "content": [{"type": "image_url",
+          "image_url": 7}]}])"),
+       "messages[0].content[0].image_url",
+       "messages[0].content[0].image_url: expected an object with a url, or a URL string, got an "
+       "integer"},
+      {body_with(R"("messages": [{"role": "user", "content": [{"type": "image_url",
+          "image_url": {"detail": "low"}}]}])"),
+       "messages[0].content[0].image_url.url", "messages[0].content[0].image_url.url is required"},
       {body_with(R"("messages": [{"role": "user", "content": [{"type": "input_audio"}]}])"),
        "messages[0].content[0].type", "unsupported content part type \"input_audio\""},
       {body_with(R"("messages": [{"role": "user", "content": "x", "name": 5}])"),

@@ -4,41 +4,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dayzero/core/base64.h"
 #include "dayzero/core/mapped_file.h"
 
 namespace dz::serve {
 namespace {
-
-// Strict standard base64 (RFC 4648 alphabet, '=' padding only at the end).
-std::optional<std::string> decode_base64(std::string_view text) {
-  auto value_of = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  if (text.empty() || text.size() % 4 != 0) return std::nullopt;
-  size_t num_padding = 0;
-  while (num_padding < 2 && text[text.size() - 1 - num_padding] == '=') ++num_padding;
-  std::string out;
-  uint32_t bits = 0;
-  int num_bits = 0;
-  for (size_t k = 0; k < text.size() - num_padding; ++k) {
-    int value = value_of(text[k]);
-    if (value < 0) return std::nullopt;
-    bits = (bits << 6) | static_cast<uint32_t>(value);
-    num_bits += 6;
-    if (num_bits >= 8) {
-      num_bits -= 8;
-      out += static_cast<char>((bits >> num_bits) & 0xFF);
-    }
-  }
-  // Leftover bits must be zero padding.
-  if ((bits & ((1u << num_bits) - 1)) != 0) return std::nullopt;
-  return out;
-}
 
 // Python's str.isspace: Unicode White_Space plus the separators U+001C..U+001F.
 bool python_isspace(uint32_t cp) {

@@ -6,6 +6,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <stdexcept>
+
+#include "dayzero/core/base64.h"
 
 namespace dz::serve::worker {
 namespace {
@@ -46,6 +50,8 @@ Result<T> decode_with(const char* what, F&& decode) {
   try {
     return decode();
   } catch (const json::exception& e) {
+    return make_error(StatusCode::kCorrupt, "worker message: bad {}: {}", what, e.what());
+  } catch (const std::invalid_argument& e) {  // a value of the right type that is wrong
     return make_error(StatusCode::kCorrupt, "worker message: bad {}: {}", what, e.what());
   }
 }
@@ -154,8 +160,38 @@ Result<std::optional<json>> read_message(int fd) {
   return std::optional<json>(std::move(message));
 }
 
+// Images travel with their file's bytes in base64: the worker preprocesses them (docs/vision.md
+// §4).
+json encode_images(const std::vector<runtime::PromptImage>& images) {
+  json out = json::array();
+  for (const runtime::PromptImage& image : images)
+    out.push_back({{"offset", image.offset},
+                   {"num_tokens", image.num_tokens},
+                   {"hash", {image.hash.lo, image.hash.hi}},
+                   {"data", encode_base64(image.data ? *image.data : std::string())}});
+  return out;
+}
+
+std::vector<runtime::PromptImage> decode_images(const json& j) {
+  std::vector<runtime::PromptImage> images;
+  for (const json& image : j) {
+    runtime::PromptImage p;
+    image.at("offset").get_to(p.offset);
+    image.at("num_tokens").get_to(p.num_tokens);
+    image.at("hash").at(0).get_to(p.hash.lo);
+    image.at("hash").at(1).get_to(p.hash.hi);
+    const std::string& text = image.at("data").get_ref<const std::string&>();
+    std::optional<std::string> data = text.empty() ? std::string() : decode_base64(text);
+    if (!data) throw std::invalid_argument("an image's data is not base64");
+    p.data = std::make_shared<const std::string>(std::move(*data));
+    images.push_back(std::move(p));
+  }
+  return images;
+}
+
 json encode_request(const runtime::GenerationRequest& r) {
   return {{"prompt_token_ids", r.prompt_token_ids},
+          {"images", encode_images(r.images)},
           {"sampling", encode_sampling(r.sampling)},
           {"max_tokens", r.max_tokens},
           {"priority", r.priority},
@@ -172,6 +208,7 @@ Result<runtime::GenerationRequest> decode_request(const json& j) {
   return decode_with<runtime::GenerationRequest>("request", [&] {
     runtime::GenerationRequest r;
     j.at("prompt_token_ids").get_to(r.prompt_token_ids);
+    r.images = decode_images(j.at("images"));
     r.sampling = decode_sampling(j.at("sampling"));
     j.at("max_tokens").get_to(r.max_tokens);
     j.at("priority").get_to(r.priority);

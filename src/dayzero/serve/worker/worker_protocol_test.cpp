@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -15,6 +17,11 @@ namespace worker_protocol_test {
 runtime::GenerationRequest full_request() {
   runtime::GenerationRequest r;
   r.prompt_token_ids = {5, 6, 7};
+  r.images.push_back(
+      {.offset = 1,
+       .num_tokens = 2,
+       .hash = {.lo = 0x0123456789abcdefull, .hi = ~0ull},
+       .data = std::make_shared<const std::string>(std::string("\x89PNG\0\xff", 6))});
   runtime::SamplingParams& p = r.sampling;
   p.temperature = 0.7f;
   p.top_p = 0.9f;
@@ -49,6 +56,12 @@ TEST(WorkerProtocol, RequestsRoundTripEveryField) {
   Result<runtime::GenerationRequest> b = decode_request(encode_request(a));
   ASSERT_TRUE(b.ok()) << b.status().to_string();
   EXPECT_EQ(b->prompt_token_ids, a.prompt_token_ids);
+  ASSERT_EQ(b->images.size(), 1u);
+  EXPECT_EQ(b->images[0].offset, a.images[0].offset);
+  EXPECT_EQ(b->images[0].num_tokens, a.images[0].num_tokens);
+  EXPECT_EQ(b->images[0].hash, a.images[0].hash);
+  ASSERT_TRUE(b->images[0].data);
+  EXPECT_EQ(*b->images[0].data, *a.images[0].data);
   const runtime::SamplingParams &p = a.sampling, &q = b->sampling;
   EXPECT_EQ(q.temperature, p.temperature);
   EXPECT_EQ(q.top_p, p.top_p);
@@ -79,6 +92,11 @@ TEST(WorkerProtocol, RequestsRoundTripEveryField) {
   nlohmann::json broken = encode_request(a);
   broken["sampling"].erase("seed");
   EXPECT_EQ(decode_request(broken).status().code(), StatusCode::kCorrupt);
+  nlohmann::json bad_image = encode_request(a);
+  bad_image["images"][0]["data"] = "not base64!";
+  const Status status = decode_request(bad_image).status();
+  EXPECT_EQ(status.code(), StatusCode::kCorrupt);
+  EXPECT_NE(status.message().find("not base64"), std::string::npos) << status.to_string();
 }
 
 TEST(WorkerProtocol, OutputsRoundTripEveryFieldAndInfiniteLogprobs) {
