@@ -27,7 +27,7 @@ import torch
 from PIL import Image
 
 from cli_support import rel_l2_per_row, run_dayzero, skip_unless_built
-from dayzero_ref import kimi, make_tiny, verify_dump
+from dayzero_ref import kimi, make_tiny, verify_dump, vision
 
 REF_MEDIAN_REL_L2 = 2e-2
 REF_ARGMAX_AGREEMENT = 0.95
@@ -99,6 +99,20 @@ class VisionEngineTest(unittest.TestCase):
             out["logits"] = np.load(os.path.join(logits_dir, f"{i}.npy"))
         return outputs
 
+    def generate_timing(self, line, *flags):
+        """`generate --timing` of one prompts-file line: the timing JSON (last stderr line)."""
+        result = run_dayzero("generate", "--model", self.model, "--prompt", line["prompt"],
+                             *[x for path in line["images"] for x in ("--image", path)],
+                             "--temperature", 0, "--max-tokens", 6, "--timing", *flags)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return json.loads(result.stderr.strip().splitlines()[-1])
+
+    def image_tokens(self, name):
+        """Tokens the processor makes of one image (the reference's count)."""
+        with open(self.images[name], "rb") as f:
+            cfg = vision.load_processor_config(self.model)
+            return vision.preprocess(f.read(), cfg).num_tokens
+
     def reference_logits(self, prompt_ids, tokens, image_names):
         ids = list(prompt_ids) + list(tokens[:-1])
         taps = {}
@@ -147,6 +161,22 @@ class VisionEngineTest(unittest.TestCase):
         chunked = self.generate(lines, "--max-num-batched-tokens", 16, "--max-num-seqs", 1)
         for a, b in zip(whole, chunked):
             self.assertEqual(a["tokens"], b["tokens"])
+        # An encoder budget of the largest image's tokens: no step encodes more, so the first
+        # request's images take more encoder steps than without it (where the chunks alone, cut
+        # at the recurrent-state checkpoints, decide), and the tokens stay the same.
+        largest = max(self.image_tokens(n) for n in ("rgb_56x84.png", "grey_300x200.png",
+                                                     "rgba_50x70.png"))
+        free = self.generate_timing(lines[0])
+        budgeted = self.generate_timing(lines[0], "--max-num-encoder-tokens", largest)
+        self.assertGreater(free["vision"]["image_tokens"], largest)
+        self.assertEqual(budgeted["vision"]["images"], 3)
+        self.assertGreater(budgeted["vision"]["encode_steps"], free["vision"]["encode_steps"])
+        self.assertEqual(budgeted["tokens"], free["tokens"])
+        self.assertEqual(free["tokens"], whole[0]["tokens"][:len(free["tokens"])])
+        result = run_dayzero("generate", "--model", self.model, "--prompt", "x", "--image",
+                             self.images["grey_300x200.png"], "--max-num-encoder-tokens", 2)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("more than the 2 the encoder makes in one step", result.stderr)
         # One at a time so that the second finds the first's blocks: the same picture hits the
         # prefix cache (past the image), another picture of the same size must not.
         same = {"prompt": "What is in the picture? Answer briefly please.",

@@ -70,6 +70,12 @@ void add_engine_options(CLI::App& command, EngineArgs& args) {
                   "most prefill tokens of one long prompt per step; 0: max-num-batched-tokens / 2")
       ->check(integer_at_least(0))
       ->capture_default_str();
+  command
+      .add_option("--max-num-encoder-tokens", args.max_num_encoder_tokens,
+                  "image tokens the vision encoder makes per engine step; 0: "
+                  "max(--max-num-batched-tokens, the model's largest image)")
+      ->check(integer_at_least(0))
+      ->capture_default_str();
   // Hidden: fault injection for the containment tests (docs/serving.md §5.4).
   command
       .add_option("--fault-nan-logits-seed", args.fault_nan_logits_seed,
@@ -116,6 +122,7 @@ Result<runtime::EngineConfig> engine_config(const ModelArgs& model, const Engine
   config.max_num_batched_tokens = e.max_num_batched_tokens;
   config.max_queued_requests = e.max_queued_requests;
   config.long_prefill_threshold = e.long_prefill_threshold;
+  config.max_num_encoder_tokens = e.max_num_encoder_tokens;
   config.block_size = model.block_size;
   config.num_blocks = e.num_blocks;
   DZ_ASSIGN_OR_RETURN(config.kv_cache_bytes,

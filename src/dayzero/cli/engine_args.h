@@ -25,6 +25,7 @@ struct EngineArgs {
   int64_t max_state_checkpoints = -1;
   int64_t state_checkpoint_interval = 1024;  // rounded up to a multiple of the block size
   int64_t long_prefill_threshold = 0;
+  int64_t max_num_encoder_tokens = 0;
   std::string speculative_config;                 // vLLM's --speculative-config JSON; empty: off
   std::optional<uint64_t> fault_nan_logits_seed;  // a test hook (EngineConfig::nan_logits_seed)
   std::optional<uint64_t> fault_crash_seed;       // a test hook (EngineConfig::crash_seed)

@@ -193,6 +193,7 @@ Status run(const GenerateArgs& args) {
     if (metrics.images_preprocessed > 0)
       timing["vision"] = {{"images", metrics.images_encoded},
                           {"image_tokens", metrics.image_tokens_encoded},
+                          {"encode_steps", metrics.image_encode_steps},
                           {"preprocess_s", metrics.image_preprocess_seconds},
                           {"encode_s", metrics.image_encode_seconds}};
     std::fprintf(stderr, "%s\n", timing.dump().c_str());

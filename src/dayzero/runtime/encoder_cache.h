@@ -19,6 +19,8 @@ class EncoderCache {
  public:
   explicit EncoderCache(int64_t capacity_bytes) : capacity_bytes_(capacity_bytes) {}
 
+  // Whether the entry is there (its recency unchanged).
+  bool contains(const cache::BlockHash& hash) const { return entries_.contains(hash); }
   // The entry, now the most recently used; null when absent.
   ImageEmbeddings find(const cache::BlockHash& hash);
   // Adds (or replaces) an entry and evicts the least recently used beyond the budget; an entry

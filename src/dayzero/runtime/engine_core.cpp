@@ -35,6 +35,15 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
+// The encoder budget of one step: as configured, else enough for the step's tokens and for the
+// largest image the model's processor makes (so that every image can be encoded in some step).
+int64_t max_num_encoder_tokens(const EngineConfig& c, const model::CausalLm& model) {
+  if (c.max_num_encoder_tokens > 0) return c.max_num_encoder_tokens;
+  const model::VisionEncoder* vision = model.vision();
+  const int64_t largest = vision != nullptr ? vision->processor().max_tokens() : 0;
+  return std::max(c.max_num_batched_tokens, largest);
+}
+
 // The cache format in every block's extra keys: a block computed under another layout or block
 // size must never be served (docs/serving.md §1.4).
 std::string cache_format(std::span<const model::LayerCacheSpec> layers, int64_t block_size) {
@@ -73,6 +82,8 @@ Status check_config(const EngineConfig& c, int64_t vocab_size) {
     return bad("kv_cache_bytes", c.kv_cache_bytes, "> 0 when num_blocks is 0");
   if (c.reserve_blocks < -1) return bad("reserve_blocks", c.reserve_blocks, ">= -1");
   if (c.max_model_len < 2) return bad("max_model_len", c.max_model_len, ">= 2");
+  if (c.max_num_encoder_tokens < 0)
+    return bad("max_num_encoder_tokens", c.max_num_encoder_tokens, ">= 0 (0: automatic)");
   if (c.max_state_checkpoints < -1)
     return bad("max_state_checkpoints", c.max_state_checkpoints, ">= -1");
   if (c.state_checkpoint_interval < 1 || c.state_checkpoint_interval % c.block_size != 0)
@@ -216,6 +227,7 @@ struct EngineCore::Impl {
   std::vector<model::GivenEmbedding> given_embeddings;
   int64_t images_encoded = 0;
   int64_t image_tokens_encoded = 0;
+  int64_t image_encode_steps = 0;
   double image_encode_seconds = 0.0;
   // Preprocessing runs in add_request, a const path of the engine's state otherwise.
   mutable int64_t images_preprocessed = 0;
@@ -267,17 +279,21 @@ void EngineCore::Impl::embed_images(std::span<const StepChunk> chunks) {
   auto reaches = [](const StepChunk& c, const PromptImage& image) {
     return image.offset < c.begin + c.num_tokens && image.offset + image.num_tokens > c.begin;
   };
-  // The images to encode: reached, not cached, each once.
-  std::vector<const model::ProcessedImage*> batch;
+  // Every image the chunks reach, each once: its rows taken from the cache now (inserting this
+  // step's new ones below may evict them), or queued for the encoder.
   std::vector<cache::BlockHash> hashes;
+  std::vector<const model::ProcessedImage*> batch;
+  std::vector<size_t> batch_slots;  // where each encoded image goes in step_images
   std::vector<std::shared_ptr<const model::ProcessedImage>> keep;
   for (const StepChunk& c : chunks) {
     Request& r = *c.request;
     for (size_t i = 0; i < r.images.size(); ++i) {
       const PromptImage& image = r.images[i];
-      if (!reaches(c, image) || encoder_cache->find(image.hash) != nullptr ||
-          std::find(hashes.begin(), hashes.end(), image.hash) != hashes.end())
+      if (!reaches(c, image) || std::find(hashes.begin(), hashes.end(), image.hash) != hashes.end())
         continue;
+      hashes.push_back(image.hash);
+      step_images.push_back(encoder_cache->find(image.hash));
+      if (step_images.back() != nullptr) continue;
       if (r.processed_images[i] == nullptr) {  // released, then evicted: preprocess again
         const auto* bytes = reinterpret_cast<const uint8_t*>(image.data->data());
         Result<model::ProcessedImage> again = vision->process(std::span(bytes, image.data->size()));
@@ -287,11 +303,11 @@ void EngineCore::Impl::embed_images(std::span<const StepChunk> chunks) {
       }
       keep.push_back(r.processed_images[i]);
       batch.push_back(keep.back().get());
-      hashes.push_back(image.hash);
+      batch_slots.push_back(step_images.size() - 1);
     }
   }
   const int64_t hidden = vision->hidden_size();
-  if (!batch.empty()) {
+  if (!batch.empty()) {  // one pass of the tower; each image attends only to itself
     const auto start = std::chrono::steady_clock::now();
     const std::vector<float> rows = vision->encode(ctx, batch);
     image_encode_seconds +=
@@ -301,26 +317,22 @@ void EngineCore::Impl::embed_images(std::span<const StepChunk> chunks) {
       const int64_t n = batch[k]->num_tokens * hidden;
       auto entry =
           std::make_shared<const std::vector<float>>(rows.begin() + at, rows.begin() + at + n);
-      step_images.push_back(entry);  // kept for this step even if the cache cannot hold it
-      encoder_cache->insert(hashes[k], std::move(entry));
+      step_images[batch_slots[k]] = entry;  // this step's, even if the cache cannot hold it
+      encoder_cache->insert(hashes[batch_slots[k]], std::move(entry));
       image_tokens_encoded += batch[k]->num_tokens;
       at += n;
     }
     images_encoded += static_cast<int64_t>(batch.size());
+    ++image_encode_steps;
   }
   for (const StepChunk& c : chunks) {
     Request& r = *c.request;
     for (size_t i = 0; i < r.images.size(); ++i) {
       const PromptImage& image = r.images[i];
       if (!reaches(c, image)) continue;
-      ImageEmbeddings rows = encoder_cache->find(image.hash);
-      if (rows == nullptr) {  // larger than the cache: this step's own copy
-        const auto k = static_cast<size_t>(std::find(hashes.begin(), hashes.end(), image.hash) -
-                                           hashes.begin());
-        DZ_CHECK(k < hashes.size(), "request {}: image {} neither cached nor encoded", r.id, i);
-        rows = step_images[k];
-      }
-      step_images.push_back(rows);
+      const auto k =
+          static_cast<size_t>(std::find(hashes.begin(), hashes.end(), image.hash) - hashes.begin());
+      const ImageEmbeddings& rows = step_images[k];
       r.processed_images[i].reset();  // encoded: its pixels are no longer needed
       const int64_t from = std::max(c.begin, image.offset);
       const int64_t to = std::min(c.begin + c.num_tokens, image.offset + image.num_tokens);
@@ -449,9 +461,10 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CausalLm& model,
       .max_long_partial_prefills = config.max_long_partial_prefills,
       .max_model_len = config.max_model_len,
       .num_lookahead_slots = mtp_chain ? 1 : 0,
+      .max_num_encoder_tokens = max_num_encoder_tokens(config, model),
   };
-  impl->scheduler.emplace(scheduler_config, *impl->coordinator);
   impl->encoder_cache.emplace(config.encoder_cache_bytes);
+  impl->scheduler.emplace(scheduler_config, *impl->coordinator, &*impl->encoder_cache);
   return std::unique_ptr<EngineCore>(new EngineCore(config, std::move(impl)));
 }
 
@@ -482,6 +495,12 @@ Status EngineCore::validate_images(const GenerationRequest& request) const {
                           request.prompt_token_ids[static_cast<size_t>(p)],
                           vision->placeholder_token_id());
     end = image.offset + image.num_tokens;
+    const int64_t budget = impl_->scheduler->config().max_num_encoder_tokens;
+    if (image.num_tokens > budget)
+      return make_error(StatusCode::kInvalidArgument,
+                        "images[{}]: {} tokens, more than the {} the encoder makes in one step "
+                        "(max_num_encoder_tokens)",
+                        i, image.num_tokens, budget);
   }
   return Status::ok_status();
 }
@@ -1077,6 +1096,7 @@ EngineMetrics EngineCore::metrics() const {
   m.image_preprocess_seconds = impl_->image_preprocess_seconds;
   m.images_encoded = impl_->images_encoded;
   m.image_tokens_encoded = impl_->image_tokens_encoded;
+  m.image_encode_steps = impl_->image_encode_steps;
   m.image_encode_seconds = impl_->image_encode_seconds;
   if (impl_->rollback_slot_base > 0)
     m.spec_rollback_bytes =

@@ -41,6 +41,10 @@ struct EngineConfig {
   // Image embeddings kept after encoding, by content hash, at most this many bytes (least
   // recently used dropped first): a repeated image is encoded once.
   int64_t encoder_cache_bytes = int64_t{256} << 20;
+  // Image tokens the vision encoder makes in one step (vLLM's max_num_encoder_input_tokens): a
+  // chunk stops before an image the step cannot encode. 0: max(max_num_batched_tokens, the
+  // model's largest image).
+  int64_t max_num_encoder_tokens = 0;
   int64_t max_state_checkpoints = -1;        // hybrid models; -1: 2 · max_num_seqs
   int64_t state_checkpoint_interval = 1024;  // multiple of block_size
   std::string model_identity;  // seeds the prefix-hash chain (two models never share entries)
@@ -159,11 +163,12 @@ struct EngineMetrics {
   int64_t worker_restarts = 0;
   int64_t requests_migrated = 0;
   // Images (docs/vision.md §4): preprocessed at submission, encoded by the encoder step (tokens:
-  // the merged tokens they gave), and the seconds each took.
+  // the merged tokens they gave; steps: the steps that ran the tower), and the seconds each took.
   int64_t images_preprocessed = 0;
   double image_preprocess_seconds = 0.0;
   int64_t images_encoded = 0;
   int64_t image_tokens_encoded = 0;
+  int64_t image_encode_steps = 0;
   double image_encode_seconds = 0.0;
 };
 

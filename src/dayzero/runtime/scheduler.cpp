@@ -17,8 +17,9 @@ bool runs_later(const Request* a, const Request* b) {
 
 }  // namespace
 
-Scheduler::Scheduler(SchedulerConfig config, cache::CacheCoordinator& cache)
-    : config_(config), cache_(cache) {
+Scheduler::Scheduler(SchedulerConfig config, cache::CacheCoordinator& cache,
+                     const EncoderCache* encoder_cache)
+    : config_(config), cache_(cache), encoder_cache_(encoder_cache) {
   DZ_CHECK(config_.max_num_batched_tokens > 0 && config_.long_prefill_threshold > 0 &&
                config_.max_num_seqs > 0,
            "scheduler config not resolved");
@@ -133,9 +134,26 @@ int64_t Scheduler::clip_chunk(const Request& r, int64_t from, int64_t n) const {
   return cache_.clip_to_checkpoint(r.num_prompt_tokens, from, n);
 }
 
+int64_t Scheduler::clip_to_encoder_budget(const Request& r, int64_t from, int64_t n,
+                                          EncoderBudget& budget) const {
+  for (const PromptImage& image : r.images) {
+    if (image.offset >= from + n) break;                    // not reached
+    if (image.offset + image.num_tokens <= from) continue;  // computed
+    if ((encoder_cache_ != nullptr && encoder_cache_->contains(image.hash)) ||
+        std::find(budget.hashes.begin(), budget.hashes.end(), image.hash) != budget.hashes.end())
+      continue;
+    if (budget.tokens + image.num_tokens > config_.max_num_encoder_tokens)
+      return std::max<int64_t>(0, image.offset - from);
+    budget.tokens += image.num_tokens;
+    budget.hashes.push_back(image.hash);
+  }
+  return n;
+}
+
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int64_t budget = config_.max_num_batched_tokens;
+  EncoderBudget encoder_budget;
 
   int64_t long_in_flight = 0;
   for (const Request* r : running_)
@@ -146,6 +164,8 @@ SchedulerOutput Scheduler::schedule() {
     Request* r = running_[i];
     int64_t n = clip_chunk(*r, r->num_computed_tokens,
                            std::min(r->num_uncomputed() + r->num_drafts(), budget));
+    if (!r->images.empty())
+      n = clip_to_encoder_budget(*r, r->num_computed_tokens, n, encoder_budget);
     if (n <= 0) {
       ++i;
       continue;
@@ -197,8 +217,12 @@ SchedulerOutput Scheduler::schedule() {
         skipped.push_back(pop_waiting());  // short prompts pass it
         continue;
       }
-      const int64_t n = clip_chunk(*r, hit, std::min(r->num_tokens() - hit, budget));
+      int64_t n = clip_chunk(*r, hit, std::min(r->num_tokens() - hit, budget));
       DZ_CHECK(n > 0, "request {}: empty first chunk", r->id);
+      if (!r->images.empty()) {
+        n = clip_to_encoder_budget(*r, hit, n, encoder_budget);
+        if (n == 0) break;  // head of line: its image waits for the next step's encoder budget
+      }
       // The reserve is kept unless nothing runs (then there is no decode to protect, and a long
       // resumed request could never re-enter).
       const bool use_reserve = running_.empty();

@@ -18,6 +18,7 @@
 
 #include "dayzero/cache/cache_coordinator.h"
 #include "dayzero/core/status.h"
+#include "dayzero/runtime/encoder_cache.h"
 #include "dayzero/runtime/request.h"
 
 namespace dz::runtime {
@@ -30,6 +31,9 @@ struct SchedulerConfig {
   int64_t max_model_len = 4096;
   // Slots held past a chunk's last token: the chained MTP head writes its record there.
   int64_t num_lookahead_slots = 0;
+  // Image tokens encoded per step (resolved, >= every image's tokens); images already in the
+  // encoder cache cost nothing.
+  int64_t max_num_encoder_tokens = 0;
 };
 
 struct ScheduledChunk {
@@ -53,8 +57,9 @@ struct SchedulerCounters {
 
 class Scheduler {
  public:
-  // cache must outlive the scheduler.
-  Scheduler(SchedulerConfig config, cache::CacheCoordinator& cache);
+  // cache (and encoder_cache, given for a model that takes images) must outlive the scheduler.
+  Scheduler(SchedulerConfig config, cache::CacheCoordinator& cache,
+            const EncoderCache* encoder_cache = nullptr);
 
   const SchedulerConfig& config() const { return config_; }
 
@@ -107,9 +112,20 @@ class Scheduler {
   void queue_pending_forks(Request& parent);
   // Clips a chunk of n tokens starting at position `from` of r to the budget rules.
   int64_t clip_chunk(const Request& r, int64_t from, int64_t n) const;
+  // The images this step encodes so far, against max_num_encoder_tokens.
+  struct EncoderBudget {
+    int64_t tokens = 0;
+    std::vector<cache::BlockHash> hashes;
+  };
+  // Clips the chunk to stop before the first image it reaches that is neither in the encoder
+  // cache nor already in this step and does not fit the rest of the budget, which it spends on
+  // those that fit (docs/vision.md §4). 0 when the chunk starts inside such an image.
+  int64_t clip_to_encoder_budget(const Request& r, int64_t from, int64_t n,
+                                 EncoderBudget& budget) const;
 
   SchedulerConfig config_;
   cache::CacheCoordinator& cache_;
+  const EncoderCache* encoder_cache_;
 
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;
   std::vector<Request*> waiting_;  // heap on (priority, arrival_seq); front = next

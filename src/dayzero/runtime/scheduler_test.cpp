@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace dz::runtime {
@@ -23,16 +25,31 @@ struct Fixture {
   cache::CacheCoordinator cache;
   Scheduler scheduler;
 
-  Fixture(int64_t num_blocks, int64_t reserve, SchedulerConfig config)
+  Fixture(int64_t num_blocks, int64_t reserve, SchedulerConfig config,
+          const EncoderCache* encoder_cache = nullptr)
       : cache(cache::BlockPool::create(num_blocks, kBlock, reserve).value(), std::nullopt, no_copy,
               cache_config()),
-        scheduler(config, cache) {}
+        scheduler(config, cache, encoder_cache) {}
 
   Request& add(int64_t id, int64_t num_prompt, int32_t priority = 0, int32_t first_token = 0) {
     GenerationRequest g;
     for (int64_t i = 0; i < num_prompt; ++i)
       g.prompt_token_ids.push_back(static_cast<int32_t>((first_token + i * 7 + id * 13) % 50));
     g.priority = priority;
+    g.max_tokens = 100;
+    return scheduler.add(std::make_unique<Request>(id, std::move(g), std::vector<int32_t>{}));
+  }
+
+  // A request whose prompt holds images at {offset, tokens, hash}.
+  Request& add_with_images(int64_t id, int64_t num_prompt,
+                           std::vector<std::array<int64_t, 3>> images) {
+    GenerationRequest g;
+    g.prompt_token_ids.assign(static_cast<size_t>(num_prompt), 7);
+    for (const auto& [offset, tokens, hash] : images)
+      g.images.push_back({.offset = offset,
+                          .num_tokens = tokens,
+                          .hash = {.lo = static_cast<uint64_t>(hash), .hi = 0},
+                          .data = std::make_shared<const std::string>("image")});
     g.max_tokens = 100;
     return scheduler.add(std::make_unique<Request>(id, std::move(g), std::vector<int32_t>{}));
   }
@@ -73,6 +90,31 @@ TEST(Scheduler, RunningFirstThenWaitingWithinTheBudget) {
   // Step 2: running first: 1 finishes its prompt (3), 2 decodes (1); 3 gets the remaining 6.
   EXPECT_EQ(chunks(f.step()), (std::vector<std::pair<int64_t, int64_t>>{{1, 3}, {2, 1}, {3, 6}}));
   EXPECT_EQ(f.scheduler.num_running(), 3);
+}
+
+TEST(Scheduler, EncoderBudgetStopsAChunkBeforeAnImageItCannotEncode) {
+  using Chunks = std::vector<std::pair<int64_t, int64_t>>;
+  EncoderCache encoder(int64_t{1} << 20);
+  SchedulerConfig c = config(100, 100);
+  c.max_num_encoder_tokens = 10;
+  Fixture f(64, 0, c, &encoder);
+  f.add_with_images(1, 40, {{5, 8, 1}, {20, 8, 2}});
+  // Image 1 fits the 10 tokens, image 2 would pass them: the chunk stops where it begins.
+  EXPECT_EQ(chunks(f.step()), (Chunks{{1, 20}}));
+  // Request 1 spends 8 on image 2; request 2's image of 9 waits, and so does request 2 (it
+  // starts with that image: the head of the line).
+  f.add_with_images(2, 40, {{0, 9, 3}});
+  EXPECT_EQ(chunks(f.step()), (Chunks{{1, 20}}));
+  EXPECT_EQ(chunks(f.step()), (Chunks{{1, 1}, {2, 40}}));
+  // Images in the encoder cache cost nothing: a request with three of 8 goes whole.
+  for (int64_t hash : {1, 2, 4})
+    encoder.insert({.lo = static_cast<uint64_t>(hash), .hi = 0},
+                   std::make_shared<const std::vector<float>>(8, 1.0f));
+  f.add_with_images(3, 40, {{0, 8, 1}, {10, 8, 2}, {30, 8, 4}});
+  EXPECT_EQ(chunks(f.step()), (Chunks{{1, 1}, {2, 1}, {3, 40}}));
+  // The same image twice in one step is encoded once: 2 x 6 tokens under a budget of 10.
+  f.add_with_images(4, 30, {{0, 6, 5}, {10, 6, 5}});
+  EXPECT_EQ(chunks(f.step()), (Chunks{{1, 1}, {2, 1}, {3, 1}, {4, 30}}));
 }
 
 TEST(Scheduler, WaitingIsOrderedByPriorityThenArrival) {

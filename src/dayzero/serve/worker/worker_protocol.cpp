@@ -311,7 +311,13 @@ json encode_metrics(const runtime::EngineMetrics& m) {
           {"spec_accepted_per_position", m.spec_accepted_per_position},
           {"spec_rollback_bytes", m.spec_rollback_bytes},
           {"worker_restarts", m.worker_restarts},
-          {"requests_migrated", m.requests_migrated}};
+          {"requests_migrated", m.requests_migrated},
+          {"images_preprocessed", m.images_preprocessed},
+          {"image_preprocess_seconds", m.image_preprocess_seconds},
+          {"images_encoded", m.images_encoded},
+          {"image_tokens_encoded", m.image_tokens_encoded},
+          {"image_encode_steps", m.image_encode_steps},
+          {"image_encode_seconds", m.image_encode_seconds}};
 }
 
 Result<runtime::EngineMetrics> decode_metrics(const json& j) {
@@ -344,6 +350,12 @@ Result<runtime::EngineMetrics> decode_metrics(const json& j) {
     j.at("spec_rollback_bytes").get_to(m.spec_rollback_bytes);
     j.at("worker_restarts").get_to(m.worker_restarts);
     j.at("requests_migrated").get_to(m.requests_migrated);
+    j.at("images_preprocessed").get_to(m.images_preprocessed);
+    j.at("image_preprocess_seconds").get_to(m.image_preprocess_seconds);
+    j.at("images_encoded").get_to(m.images_encoded);
+    j.at("image_tokens_encoded").get_to(m.image_tokens_encoded);
+    j.at("image_encode_steps").get_to(m.image_encode_steps);
+    j.at("image_encode_seconds").get_to(m.image_encode_seconds);
     return m;
   });
 }

@@ -171,6 +171,12 @@ TEST(WorkerProtocol, MetricsRoundTripEveryField) {
   a.spec_rollback_bytes = 24;
   a.worker_restarts = 17;
   a.requests_migrated = 18;
+  a.images_preprocessed = 19;
+  a.image_preprocess_seconds = 0.125;
+  a.images_encoded = 20;
+  a.image_tokens_encoded = 21;
+  a.image_encode_steps = 22;
+  a.image_encode_seconds = 0.375;
   Result<runtime::EngineMetrics> b = decode_metrics(encode_metrics(a));
   ASSERT_TRUE(b.ok()) << b.status().to_string();
   EXPECT_EQ(encode_metrics(*b), encode_metrics(a));
