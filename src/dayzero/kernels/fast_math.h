@@ -47,6 +47,12 @@ struct ExpSplit {
   return {std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23), expm1_reduced(r)};
 }
 
+// e^x for x ≤ 0 (a softmax's shifted scores), flushed to 0 below −87.
+[[gnu::always_inline]] inline float exp_nonpositive(float x) {
+  const ExpSplit e = exp_split(x < -87.0f ? -87.0f : x);
+  return x < -87.0f ? 0.0f : e.two_n * (1.0f + e.r_expm1);
+}
+
 // tanh(y) = m / (m + 2) with m = e^{2|y|} − 1 = 2^n·(e^r − 1) + (2^n − 1): no cancellation for
 // small |y| (n = 0), and 2^n − 1 is exact. 2|y| is clamped at 20, where the quotient rounds to 1.
 [[gnu::always_inline]] inline float tanh_fast(float y) {

@@ -51,7 +51,7 @@ const Variant kPortable{"portable C++", {}};
 // In the order of a decoder step. Where each check lives: linear_bf16.cpp (reorder_for_onednn),
 // linear_fp8_block.cpp and linear_mxfp4.cpp (create), gemm_small_bf16.cpp, lightning_indexer.cpp,
 // kda.cpp, short_conv.cpp, mla_absorb.cpp, mla_attention.cpp, activations.cpp, hadamard.cpp,
-// norms.cpp.
+// norms.cpp, dense_attention.cpp.
 const std::vector<Operator>& operators() {
   static const std::vector<Operator> ops = {
       {"BF16 linear, <= 64 tokens",
@@ -95,6 +95,8 @@ const std::vector<Operator>& operators() {
       {"KDA short conv", {{"AVX-512 FP32", kAvx512}, kPortable}},
       {"SiLU / sigmoid gates, Hadamard", {{"AVX-512 FP32", kAvx512}, kPortable}},
       {"RMSNorm, L2 norm, BF16 rounding", {{"AVX-512", kAvx512}, kPortable}},
+      {"vision attention (head_dim a multiple of 64)",
+       {{"VDPBF16PS flash tiles, 4 queries x 64 keys", kAvx512Bf16}, kPortable}},
   };
   return ops;
 }

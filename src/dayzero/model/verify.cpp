@@ -497,10 +497,11 @@ Result<std::vector<VerifyRow>> verify_vision(const ExecContext& ctx, const Visio
   DZ_RETURN_IF_ERROR(
       compare("patch_embed", tower.patch_embed(ctx, spans, ref_pixels->data.data()), {n, d}));
   std::string input = "patch_embed";
+  MoonVitScratch scratch;
   for (int64_t b = 0; b < tower.num_blocks(); ++b) {
     DZ_ASSIGN_OR_RETURN(const TapArray* in, need(input, {n, d}));
     std::vector<float> x = in->data;
-    tower.run_block(ctx, b, spans, x.data());
+    tower.run_block(ctx, b, spans, x.data(), scratch);
     input = fmt::format("block{}_out", b);
     DZ_RETURN_IF_ERROR(compare(input, x, {n, d}));
   }

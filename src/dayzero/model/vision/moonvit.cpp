@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "dayzero/core/check.h"
+#include "dayzero/kernels/dense_attention.h"
 #include "dayzero/kernels/fast_math.h"
 #include "dayzero/kernels/norms.h"
 #include "dayzero/model/decoder_layer.h"
@@ -16,39 +17,52 @@ namespace {
 
 constexpr DType kPublished = DType::kBF16;
 
-std::vector<float> linear(const ExecContext& ctx, const kernels::LinearWeight& w, const float* x,
-                          int64_t rows) {
-  std::vector<float> y(static_cast<size_t>(rows * w.out_features()));
+// y = BF16(x · wᵀ) into `y` (resized, reused).
+void linear_into(const ExecContext& ctx, const kernels::LinearWeight& w, const float* x,
+                 int64_t rows, std::vector<float>& y) {
+  y.resize(static_cast<size_t>(rows * w.out_features()));
   w.forward(ctx, x, rows, y.data());
   kernels::round_to_bf16(y.data(), static_cast<int64_t>(y.size()));
+}
+
+std::vector<float> linear(const ExecContext& ctx, const kernels::LinearWeight& w, const float* x,
+                          int64_t rows) {
+  std::vector<float> y;
+  linear_into(ctx, w, x, rows, y);
   return y;
 }
 
-void add_bf16(float* x, const float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
-  kernels::round_to_bf16(x, n);
+// fn(begin, end) over [0, n) in parallel chunks (elementwise work of a whole batch of patches).
+template <typename F>
+void elementwise(const ExecContext& ctx, int64_t n, F&& fn) {
+  parallel_for(ctx, n, grain_for_work(1, 1 << 16), fn);
 }
 
-void gelu_tanh_bf16(float* x, int64_t n) {
+void add_bf16(const ExecContext& ctx, float* x, const float* y, int64_t n) {
+  elementwise(ctx, n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) x[i] += y[i];
+    kernels::round_to_bf16(x + begin, end - begin);
+  });
+}
+
+void gelu_tanh_bf16(const ExecContext& ctx, float* x, int64_t n) {
   const float k = 0.7978845608028654f;  // √(2/π)
+  elementwise(ctx, n, [&](int64_t begin, int64_t end) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    x[i] = 0.5f * v * (1.0f + kernels::tanh_fast(k * (v + 0.044715f * v * v * v)));
-  }
-  kernels::round_to_bf16(x, n);
+    for (int64_t i = begin; i < end; ++i) {
+      const float v = x[i];
+      x[i] = 0.5f * v * (1.0f + kernels::tanh_fast(k * (v + 0.044715f * v * v * v)));
+    }
+    kernels::round_to_bf16(x + begin, end - begin);
+  });
 }
 
-// e^x for x ≤ 0 (a softmax's shifted scores), flushed to 0 below −87.
-float exp_nonpositive(float x) {
-  const kernels::ExpSplit e = kernels::exp_split(std::max(x, -87.0f));
-  return x < -87.0f ? 0.0f : e.two_n * (1.0f + e.r_expm1);
-}
-
-void gelu_erf_bf16(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
-  kernels::round_to_bf16(x, n);
+void gelu_erf_bf16(const ExecContext& ctx, float* x, int64_t n) {
+  elementwise(ctx, n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
+    kernels::round_to_bf16(x + begin, end - begin);
+  });
 }
 
 }  // namespace
@@ -151,13 +165,13 @@ std::vector<float> MoonVit::patch_embed(const ExecContext& ctx, std::span<const 
   std::vector<float> x = linear(ctx, patch_linear_, pixels.data(), n);
   for (const VisionSpan& s : spans) {
     const std::vector<float> pos = positions(s.grid_height, s.grid_width);
-    add_bf16(x.data() + s.first_patch * d, pos.data(), s.num_patches() * d);
+    add_bf16(ctx, x.data() + s.first_patch * d, pos.data(), s.num_patches() * d);
   }
   return x;
 }
 
 void MoonVit::attention(const ExecContext& ctx, std::span<const VisionSpan> spans, float* qkv,
-                        float* out) const {
+                        float* out, std::vector<std::byte>& workspace) const {
   const int64_t heads = config_.vt_num_attention_heads;
   const int64_t hd = config_.head_dim();
   const int64_t q_size = config_.qkv_hidden_size;
@@ -165,92 +179,73 @@ void MoonVit::attention(const ExecContext& ctx, std::span<const VisionSpan> span
   // 2-D RoPE on q and k: the pair (2j, 2j+1) of a head is a complex number turned by x·f_k for
   // j = 2k and by y·f_k for j = 2k + 1 (x the patch's column, y its row). FP32, then BF16.
   for (const VisionSpan& s : spans)
-    for (int64_t t = 0; t < s.num_patches(); ++t) {
-      const auto y = static_cast<float>(t / s.grid_width);
-      const auto x = static_cast<float>(t % s.grid_width);
-      float* r = qkv + (s.first_patch + t) * row;
-      for (int64_t j = 0; j < hd / 2; ++j) {
-        const float angle = (j % 2 == 0 ? x : y) * rope_frequencies_[static_cast<size_t>(j / 2)];
-        const float c = std::cos(angle);
-        const float sn = std::sin(angle);
-        for (int64_t part = 0; part < 2; ++part)  // q, then k
-          for (int64_t h = 0; h < heads; ++h) {
-            float* e = r + part * q_size + h * hd + 2 * j;
-            const float re = e[0] * c - e[1] * sn;
-            const float im = e[0] * sn + e[1] * c;
-            e[0] = re;
-            e[1] = im;
-          }
-      }
-      kernels::round_to_bf16(r, 2 * q_size);
-    }
-  // Softmax(q·kᵀ/√hd)·v within each image, per head, as two BF16 GEMMs through the linear
-  // kernels (k as the weight of the scores, vᵀ as the weight of the output) over blocks of query
-  // rows, with an exact FP32 softmax between them; the probabilities enter the second GEMM as
-  // BF16 (a relative error of 2^−9 each, averaged over the keys).
-  constexpr int64_t kQueryBlock = 256;
+    parallel_for(ctx, s.num_patches(), grain_for_work(4 * q_size, 1 << 16),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t t = begin; t < end; ++t) {
+                     const auto y = static_cast<float>(t / s.grid_width);
+                     const auto x = static_cast<float>(t % s.grid_width);
+                     float* r = qkv + (s.first_patch + t) * row;
+                     for (int64_t j = 0; j < hd / 2; ++j) {
+                       const float angle =
+                           (j % 2 == 0 ? x : y) * rope_frequencies_[static_cast<size_t>(j / 2)];
+                       const float c = std::cos(angle);
+                       const float sn = std::sin(angle);
+                       for (int64_t part = 0; part < 2; ++part)  // q, then k
+                         for (int64_t h = 0; h < heads; ++h) {
+                           float* e = r + part * q_size + h * hd + 2 * j;
+                           const float re = e[0] * c - e[1] * sn;
+                           const float im = e[0] * sn + e[1] * c;
+                           e[0] = re;
+                           e[1] = im;
+                         }
+                     }
+                     kernels::round_to_bf16(r, 2 * q_size);
+                   }
+                 });
+  // Softmax(q·kᵀ/√hd)·v within each image (docs/vision.md §3): the dense attention kernel,
+  // FP32 scores and softmax, BF16 probabilities into P·V.
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  std::vector<float> q, k, vt, scores, head_out;
   for (const VisionSpan& s : spans) {
-    const int64_t n = s.num_patches();
-    for (int64_t h = 0; h < heads; ++h) {
-      q.resize(static_cast<size_t>(n * hd));
-      k.resize(static_cast<size_t>(n * hd));
-      vt.resize(static_cast<size_t>(hd * n));
-      for (int64_t t = 0; t < n; ++t) {
-        const float* r = qkv + (s.first_patch + t) * row + h * hd;
-        std::copy(r, r + hd, q.data() + t * hd);
-        std::copy(r + q_size, r + q_size + hd, k.data() + t * hd);
-        for (int64_t e = 0; e < hd; ++e) vt[static_cast<size_t>(e * n + t)] = r[2 * q_size + e];
-      }
-      const kernels::LinearWeight keys = kernels::LinearWeight::from_f32_as_bf16(k.data(), n, hd);
-      const kernels::LinearWeight values =
-          kernels::LinearWeight::from_f32_as_bf16(vt.data(), hd, n);
-      for (int64_t first = 0; first < n; first += kQueryBlock) {
-        const int64_t rows = std::min(kQueryBlock, n - first);
-        scores.resize(static_cast<size_t>(rows * n));
-        keys.forward(ctx, q.data() + first * hd, rows, scores.data());
-        parallel_for(ctx, rows, grain_for_work(n, 1 << 14), [&](int64_t begin, int64_t end) {
-          for (int64_t i = begin; i < end; ++i) {
-            float* p = scores.data() + i * n;
-            float top = -INFINITY;
-            for (int64_t j = 0; j < n; ++j) top = std::max(top, p[j] * scale);
-            float total = 0;
-#pragma omp simd reduction(+ : total)
-            for (int64_t j = 0; j < n; ++j) total += (p[j] = exp_nonpositive(p[j] * scale - top));
-            const float inverse = 1.0f / total;
-#pragma omp simd
-            for (int64_t j = 0; j < n; ++j) p[j] *= inverse;
-          }
-        });
-        kernels::round_to_bf16(scores.data(), rows * n);
-        head_out.resize(static_cast<size_t>(rows * hd));
-        values.forward(ctx, scores.data(), rows, head_out.data());
-        for (int64_t i = 0; i < rows; ++i)
-          std::copy(head_out.data() + i * hd, head_out.data() + (i + 1) * hd,
-                    out + (s.first_patch + first + i) * q_size + h * hd);
-      }
-    }
+    const float* q = qkv + s.first_patch * row;
+    workspace.resize(
+        std::max(workspace.size(), kernels::dense_attention_workspace_bytes(s.num_patches(), hd)));
+    kernels::dense_attention(ctx,
+                             {.num_tokens = s.num_patches(),
+                              .num_heads = heads,
+                              .head_dim = hd,
+                              .softmax_scale = scale,
+                              .q = q,
+                              .k = q + q_size,
+                              .v = q + 2 * q_size,
+                              .q_stride = row,
+                              .k_stride = row,
+                              .v_stride = row,
+                              .out = out + s.first_patch * q_size,
+                              .out_stride = q_size},
+                             workspace);
   }
 }
 
 void MoonVit::run_block(const ExecContext& ctx, int64_t block, std::span<const VisionSpan> spans,
-                        float* x) const {
+                        float* x, MoonVitScratch& scratch) const {
   const MoonVitBlockWeights& b = weights_.blocks[static_cast<size_t>(block)];
   const int64_t d = config_.vt_hidden_size;
   int64_t n = 0;
   for (const VisionSpan& s : spans) n += s.num_patches();
-  std::vector<float> h(static_cast<size_t>(n * d));
+  std::vector<float>& h = scratch.normed;
+  h.resize(static_cast<size_t>(n * d));
   rms_norm_bf16(ctx, x, b.norm0, h.data(), n, d, kVisionNormEps);
-  std::vector<float> qkv = linear(ctx, b.wqkv, h.data(), n);
-  std::vector<float> attn(static_cast<size_t>(n * config_.qkv_hidden_size));
-  attention(ctx, spans, qkv.data(), attn.data());
-  kernels::round_to_bf16(attn.data(), static_cast<int64_t>(attn.size()));
-  add_bf16(x, linear(ctx, b.wo, attn.data(), n).data(), n * d);
+  linear_into(ctx, b.wqkv, h.data(), n, scratch.qkv);
+  scratch.attn.resize(static_cast<size_t>(n * config_.qkv_hidden_size));
+  attention(ctx, spans, scratch.qkv.data(), scratch.attn.data(), scratch.attention);
+  kernels::round_to_bf16(scratch.attn.data(), static_cast<int64_t>(scratch.attn.size()));
+  linear_into(ctx, b.wo, scratch.attn.data(), n, scratch.delta);
+  add_bf16(ctx, x, scratch.delta.data(), n * d);
   rms_norm_bf16(ctx, x, b.norm1, h.data(), n, d, kVisionNormEps);
-  std::vector<float> f = linear(ctx, b.fc0, h.data(), n);
-  gelu_tanh_bf16(f.data(), static_cast<int64_t>(f.size()));
-  add_bf16(x, linear(ctx, b.fc1, f.data(), n).data(), n * d);
+  linear_into(ctx, b.fc0, h.data(), n, scratch.hidden);
+  gelu_tanh_bf16(ctx, scratch.hidden.data(), static_cast<int64_t>(scratch.hidden.size()));
+  linear_into(ctx, b.fc1, scratch.hidden.data(), n, scratch.delta);
+  add_bf16(ctx, x, scratch.delta.data(), n * d);
 }
 
 void MoonVit::final_norm(const ExecContext& ctx, int64_t num_patches, float* x) const {
@@ -275,7 +270,7 @@ std::vector<float> MoonVit::merge(std::span<const VisionSpan> spans, const float
 std::vector<float> MoonVit::project(const ExecContext& ctx, int64_t num_tokens,
                                     const float* merged) const {
   std::vector<float> hidden = linear(ctx, weights_.proj0, merged, num_tokens);
-  gelu_erf_bf16(hidden.data(), static_cast<int64_t>(hidden.size()));
+  gelu_erf_bf16(ctx, hidden.data(), static_cast<int64_t>(hidden.size()));
   std::vector<float> out = linear(ctx, weights_.proj2, hidden.data(), num_tokens);
   rms_norm_bf16(ctx, out.data(), weights_.post_norm, out.data(), num_tokens,
                 config_.text_hidden_size, static_cast<float>(config_.projector_ln_eps));
@@ -302,8 +297,9 @@ std::vector<float> MoonVit::encode(const ExecContext& ctx,
   tap(taps, kVisionTapLayer, "pixel_values", pixels.data(), {n, 3 * p * p});
   std::vector<float> x = patch_embed(ctx, spans, pixels.data());
   tap(taps, kVisionTapLayer, "patch_embed", x.data(), {n, d});
+  MoonVitScratch scratch;
   for (int64_t b = 0; b < num_blocks(); ++b) {
-    run_block(ctx, b, spans, x.data());
+    run_block(ctx, b, spans, x.data(), scratch);
     tap(taps, kVisionTapLayer, fmt::format("block{}_out", b), x.data(), {n, d});
   }
   final_norm(ctx, n, x.data());

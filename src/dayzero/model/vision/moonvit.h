@@ -52,6 +52,13 @@ struct VisionSpan {
   int64_t num_patches() const { return grid_height * grid_width; }
 };
 
+// The buffers of run_block for one batch of patches, reused from block to block: fresh buffers of
+// tens of megabytes per linear cost a third of an encode in page faults and zeroing.
+struct MoonVitScratch {
+  std::vector<float> normed, qkv, attn, hidden, delta;
+  std::vector<std::byte> attention;  // kernels::dense_attention's workspace
+};
+
 class MoonVit {
  public:
   MoonVit(VisionConfig config, MoonVitWeights weights);
@@ -67,8 +74,8 @@ class MoonVit {
   // The stages, for operator-level verification. Rows of x are the spans' patches in order.
   std::vector<float> patch_embed(const ExecContext& ctx, std::span<const VisionSpan> spans,
                                  const float* pixel_values) const;
-  void run_block(const ExecContext& ctx, int64_t block, std::span<const VisionSpan> spans,
-                 float* x) const;
+  void run_block(const ExecContext& ctx, int64_t block, std::span<const VisionSpan> spans, float* x,
+                 MoonVitScratch& scratch) const;
   void final_norm(const ExecContext& ctx, int64_t num_patches, float* x) const;
   std::vector<float> merge(std::span<const VisionSpan> spans, const float* x) const;
   std::vector<float> project(const ExecContext& ctx, int64_t num_tokens, const float* merged) const;
@@ -76,8 +83,8 @@ class MoonVit {
  private:
   // The position table resized to a grid (bilinear, BF16-rounded), [gh · gw, D].
   std::vector<float> positions(int64_t grid_height, int64_t grid_width) const;
-  void attention(const ExecContext& ctx, std::span<const VisionSpan> spans, float* qkv,
-                 float* out) const;
+  void attention(const ExecContext& ctx, std::span<const VisionSpan> spans, float* qkv, float* out,
+                 std::vector<std::byte>& workspace) const;
 
   VisionConfig config_;
   MoonVitWeights weights_;
