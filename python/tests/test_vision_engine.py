@@ -19,6 +19,7 @@ reference, and through every engine path that must not change the result.
 import io
 import json
 import os
+import subprocess
 import tempfile
 import unittest
 
@@ -26,8 +27,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from cli_support import rel_l2_per_row, run_dayzero, skip_unless_built
+from cli_support import DAYZERO, rel_l2_per_row, run_dayzero, skip_unless_built
 from dayzero_ref import kimi, make_tiny, verify_dump, vision
+from server_support import MPI_ENV, MPIRUN
 
 REF_MEDIAN_REL_L2 = 2e-2
 REF_ARGMAX_AGREEMENT = 0.95
@@ -219,6 +221,31 @@ class VisionEngineTest(unittest.TestCase):
                              self.images["rgb_56x84.png"], "--max-tokens", 2)
         self.assertNotEqual(result.returncode, 0)
         self.assertIn("2 <|media_pad|> for 1 images", result.stderr)
+
+    def test_tensor_and_expert_parallel_match_and_context_parallel_refuses(self):
+        """`mpirun -np N dayzero generate` with images: rank 0 encodes them and the step messages
+        carry their rows, so --tp 2 and --tp 2 --ep 2 give the single process's greedy tokens;
+        --cp 2 refuses images with a reason."""
+        line = {"prompt": "Compare the pictures.",
+                "images": [self.images["rgb_56x84.png"], self.images["rgb_90x70.jpg"]]}
+        single = self.generate_timing(line)["tokens"]
+        flags = [x for path in line["images"] for x in ("--image", path)]
+        env = dict(os.environ, **MPI_ENV)
+        for ranks, plan in ((2, ["--tp", "2"]), (4, ["--tp", "2", "--ep", "2"]), (2, ["--cp", "2"])):
+            with self.subTest(plan=plan):
+                result = subprocess.run(
+                    [*MPIRUN, "-np", str(ranks), DAYZERO, "generate", "--model", self.model,
+                     "--prompt", line["prompt"], *flags, "--temperature", "0", "--max-tokens", "6",
+                     "--threads", "1", "--timing", *plan],
+                    capture_output=True, text=True, timeout=300, env=env, check=False)
+                if plan[0] == "--cp":
+                    self.assertNotEqual(result.returncode, 0)
+                    self.assertIn("images: not supported yet under context parallelism",
+                                  result.stderr)
+                    continue
+                self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+                timing = [ln for ln in result.stderr.splitlines() if ln.startswith("{")]
+                self.assertEqual(json.loads(timing[-1])["tokens"], single)
 
 
 if __name__ == "__main__":

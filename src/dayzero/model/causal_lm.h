@@ -74,6 +74,8 @@ class CausalLm {
   // Images (docs/vision.md): the processor and tower of a model that takes them; null otherwise.
   // Their embeddings enter forward() as the batch's given_embeddings.
   virtual const VisionEncoder* vision() const { return nullptr; }
+  // Whether forward() takes given_embeddings (not yet under context parallelism).
+  virtual bool takes_given_embeddings() const { return true; }
 
   // Multi-token prediction (DeepSeek MTP, docs/models.md §7.1): whether a head predicts token t+2.
   virtual bool has_mtp() const { return false; }

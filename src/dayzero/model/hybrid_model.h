@@ -62,6 +62,7 @@ class HybridModel : public CausalLm {
   int64_t vocab_size() const override { return parts_.vocab_size; }
   int64_t hidden_size() const override { return parts_.hidden_size; }
   const VisionEncoder* vision() const override { return parts_.vision.get(); }
+  bool takes_given_embeddings() const override { return !context_parallel(); }
   std::vector<LayerCacheSpec> cache_layers() const override;
   // Under context parallelism each CP rank stores the blocks b with b % C == its CP rank.
   BlockShard cache_shard() const override;

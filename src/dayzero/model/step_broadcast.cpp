@@ -1,6 +1,7 @@
 #include "dayzero/model/step_broadcast.h"
 
 #include <algorithm>
+#include <bit>
 #include <csignal>
 #include <numeric>
 #include <optional>
@@ -17,7 +18,8 @@ namespace {
 // edits since the last message (kind, from, to, rows each), then for a forward the batch: token
 // count, sequence count, logits row count, block size, the token ids, positions and slots, per
 // sequence (token_begin, num_tokens, pos_begin, state_slot, snapshot count, snapshot slots, table
-// length, table), the rows.
+// length, table), the rows, the data-parallel group of each sequence (--ep > 1), then the given
+// embeddings (images): their count and each one's token and row.
 enum StepKind : int64_t { kForward, kForwardMtp, kForwardMtpChain, kCache, kStop };
 
 // The model call of a forward kind (a chain's logits rows are all its tokens, in order).
@@ -57,6 +59,21 @@ void broadcast_message(dist::Comm& comm, std::vector<int64_t>& message, dist::Co
   comm.broadcast(std::as_writable_bytes(std::span(message)), 0, dist::kStepLayer);
 }
 
+// A given embedding's row, two FP32 values to a number (the rows of an image are most of a step
+// message that has one).
+void append_given(std::vector<int64_t>& message, std::span<const GivenEmbedding> given,
+                  int64_t hidden) {
+  message.push_back(static_cast<int64_t>(given.size()));
+  for (const GivenEmbedding& g : given) {
+    message.push_back(g.token);
+    for (int64_t i = 0; i < hidden; i += 2) {
+      const uint64_t lo = std::bit_cast<uint32_t>(g.row[i]);
+      const uint64_t hi = i + 1 < hidden ? std::bit_cast<uint32_t>(g.row[i + 1]) : 0u;
+      message.push_back(static_cast<int64_t>(hi << 32 | lo));
+    }
+  }
+}
+
 // Reads a message front to back; a short message is a broken protocol, not bad input.
 class Reader {
  public:
@@ -71,6 +88,22 @@ class Reader {
              "step message: {} numbers past {}", count, at_);
     out.resize(static_cast<size_t>(count));
     for (T& value : out) value = static_cast<T>(message_[at_++]);
+  }
+  // The given embeddings of append_given: rows into `rows`, entries pointing at them.
+  void read_given(int64_t hidden, std::vector<float>& rows, std::vector<GivenEmbedding>& given) {
+    const int64_t count = next();
+    rows.resize(static_cast<size_t>(std::max<int64_t>(count, 0) * hidden));
+    given.clear();
+    for (int64_t g = 0; g < count; ++g) {
+      const int64_t token = next();
+      float* row = rows.data() + g * hidden;
+      for (int64_t i = 0; i < hidden; i += 2) {
+        const auto bits = static_cast<uint64_t>(next());
+        row[i] = std::bit_cast<float>(static_cast<uint32_t>(bits));
+        if (i + 1 < hidden) row[i + 1] = std::bit_cast<float>(static_cast<uint32_t>(bits >> 32));
+      }
+      given.push_back({.token = token, .row = row});
+    }
   }
 
  private:
@@ -88,6 +121,8 @@ struct Follower {
   std::vector<std::vector<int32_t>> tables;
   std::vector<std::vector<int32_t>> snapshots;
   std::vector<float> logits;
+  std::vector<float> given_rows;
+  std::vector<GivenEmbedding> given;
 
   // The cache rank 0 names, created (and the previous one dropped) when it names a new one.
   KvCache& cache_for(uint64_t id, int64_t num_blocks, int64_t block_size, int64_t state_slots,
@@ -117,6 +152,7 @@ std::optional<int64_t> group_key(const SequenceSlice& seq) {
 struct GroupStep {
   std::vector<int32_t> token_ids, positions;
   std::vector<int64_t> slots, rows, row_groups;
+  std::vector<GivenEmbedding> given;
   ForwardBatch batch;  // spans into the vectors above
 
   GroupStep(const ForwardBatch& full, std::span<const int64_t> all_rows,
@@ -144,9 +180,14 @@ struct GroupStep {
       row_groups.push_back(token_group[static_cast<size_t>(row)]);
       if (row_groups.back() == group) rows.push_back(renumbered[static_cast<size_t>(row)]);
     }
+    for (const GivenEmbedding& g : full.given_embeddings) {
+      const int64_t token = renumbered[static_cast<size_t>(g.token)];
+      if (token >= 0) given.push_back({.token = token, .row = g.row});
+    }
     batch.token_ids = token_ids;
     batch.positions = positions;
     batch.slot_mapping = slots;
+    batch.given_embeddings = given;
   }
 };
 
@@ -282,6 +323,7 @@ void StepLeader::send(int64_t kind, const KvCache* cache, const ForwardBatch* ba
     }
     message_.insert(message_.end(), logits_rows.begin(), logits_rows.end());
     message_.insert(message_.end(), groups.begin(), groups.end());  // one per sequence at ep > 1
+    append_given(message_, batch->given_embeddings, model_->hidden_size());
   }
   broadcast_message(comm_, message_, dist::Comm::Wait::kDeadline);
   // The other ranks make the edits now too.
@@ -405,11 +447,13 @@ void follow_steps(CausalLm& model, dist::Comm& comm, const ExecContext& ctx,
       batch.sequences.push_back(seq);
     }
     in.read(f.rows, num_rows);
+    if (plan.ep > 1) in.read(f.groups, num_seqs);
+    in.read_given(model.hidden_size(), f.given_rows, f.given);
     batch.token_ids = f.token_ids;
     batch.positions = f.positions;
     batch.slot_mapping = f.slots;
+    batch.given_embeddings = f.given;
     if (plan.ep > 1) {
-      in.read(f.groups, num_seqs);
       const Status status = run_group_step(model, comm, plan, ctx, kind, batch, cache, f.rows,
                                            f.groups, nullptr, nullptr);
       if (!status.ok()) spdlog::debug("rank {}: step failed: {}", comm.rank(), status.to_string());

@@ -41,6 +41,9 @@ class StepLeader final : public CausalLm {
   std::vector<LayerCacheSpec> cache_layers() const override { return model_->cache_layers(); }
   BlockShard cache_shard() const override { return model_->cache_shard(); }
   bool has_mtp() const override { return model_->has_mtp(); }
+  // Rank 0 encodes the images; each step message carries their rows to the other ranks.
+  const VisionEncoder* vision() const override { return model_->vision(); }
+  bool takes_given_embeddings() const override { return model_->takes_given_embeddings(); }
   Status check_batch(const ForwardBatch& batch, const KvCache& cache) const override {
     return model_->check_batch(batch, cache);
   }

@@ -473,10 +473,9 @@ Status EngineCore::validate_images(const GenerationRequest& request) const {
   const model::VisionEncoder* vision = impl_->model->vision();
   if (vision == nullptr)
     return make_error(StatusCode::kInvalidArgument, "images: this model takes no images");
-  if (impl_->model->comm_stats() != nullptr)
+  if (!impl_->model->takes_given_embeddings())
     return make_error(StatusCode::kInvalidArgument,
-                      "images: not supported yet with the model over several ranks (--tp, --ep, "
-                      "--cp)");
+                      "images: not supported yet under context parallelism (--cp)");
   if (request.return_mtp_logits)
     return make_error(StatusCode::kInvalidArgument, "images: not with return_mtp_logits");
   int64_t end = 0;
