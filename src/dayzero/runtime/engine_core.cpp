@@ -229,12 +229,14 @@ struct EngineCore::Impl {
   int64_t image_tokens_encoded = 0;
   int64_t image_encode_steps = 0;
   double image_encode_seconds = 0.0;
-  // Preprocessing runs in add_request, a const path of the engine's state otherwise.
-  mutable int64_t images_preprocessed = 0;
-  mutable double image_preprocess_seconds = 0.0;
+  int64_t images_preprocessed = 0;
+  double image_preprocess_seconds = 0.0;
+  // One image's pixels from its file (at submission, and again if they were released before an
+  // eviction from the encoder cache), counted in the metrics.
+  Result<std::shared_ptr<const model::ProcessedImage>> preprocess(const PromptImage& image);
   // Preprocesses a request's images (the refusal names a bad one).
   Result<std::vector<std::shared_ptr<const model::ProcessedImage>>> process_images(
-      const GenerationRequest& request) const;
+      const GenerationRequest& request);
   // The encoder step: encodes the images the chunks reach that the cache lacks (all of them in
   // one pass of the tower), then points given_embeddings at the rows of every placeholder token
   // of the batch.
@@ -248,26 +250,32 @@ struct EngineCore::Impl {
   std::vector<float> mtp_logits;
 };
 
-Result<std::vector<std::shared_ptr<const model::ProcessedImage>>> EngineCore::Impl::process_images(
-    const GenerationRequest& request) const {
-  std::vector<std::shared_ptr<const model::ProcessedImage>> out;
+Result<std::shared_ptr<const model::ProcessedImage>> EngineCore::Impl::preprocess(
+    const PromptImage& image) {
   const auto start = std::chrono::steady_clock::now();
+  const auto* bytes = reinterpret_cast<const uint8_t*>(image.data->data());
+  DZ_ASSIGN_OR_RETURN(model::ProcessedImage processed,
+                      model->vision()->process(std::span(bytes, image.data->size())));
+  ++images_preprocessed;
+  image_preprocess_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return std::make_shared<const model::ProcessedImage>(std::move(processed));
+}
+
+Result<std::vector<std::shared_ptr<const model::ProcessedImage>>> EngineCore::Impl::process_images(
+    const GenerationRequest& request) {
+  std::vector<std::shared_ptr<const model::ProcessedImage>> out;
   for (size_t i = 0; i < request.images.size(); ++i) {
     const PromptImage& image = request.images[i];
-    const auto* bytes = reinterpret_cast<const uint8_t*>(image.data->data());
-    Result<model::ProcessedImage> processed =
-        model->vision()->process(std::span(bytes, image.data->size()));
+    Result<std::shared_ptr<const model::ProcessedImage>> processed = preprocess(image);
     if (!processed.ok()) return processed.status().with_context(fmt::format("images[{}]", i));
-    if (processed->num_tokens != image.num_tokens)
+    if ((*processed)->num_tokens != image.num_tokens)
       return make_error(StatusCode::kInvalidArgument,
                         "images[{}]: the prompt holds {} placeholders for it, the image gives {} "
                         "tokens",
-                        i, image.num_tokens, processed->num_tokens);
-    out.push_back(std::make_shared<const model::ProcessedImage>(std::move(*processed)));
+                        i, image.num_tokens, (*processed)->num_tokens);
+    out.push_back(std::move(*processed));
   }
-  images_preprocessed += static_cast<int64_t>(out.size());
-  image_preprocess_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }
 
@@ -295,11 +303,10 @@ void EngineCore::Impl::embed_images(std::span<const StepChunk> chunks) {
       step_images.push_back(encoder_cache->find(image.hash));
       if (step_images.back() != nullptr) continue;
       if (r.processed_images[i] == nullptr) {  // released, then evicted: preprocess again
-        const auto* bytes = reinterpret_cast<const uint8_t*>(image.data->data());
-        Result<model::ProcessedImage> again = vision->process(std::span(bytes, image.data->size()));
+        Result<std::shared_ptr<const model::ProcessedImage>> again = preprocess(image);
         DZ_CHECK(again.ok(), "request {}: image {} preprocessed once, not again: {}", r.id, i,
                  again.status().message());
-        r.processed_images[i] = std::make_shared<const model::ProcessedImage>(std::move(*again));
+        r.processed_images[i] = std::move(*again);
       }
       keep.push_back(r.processed_images[i]);
       batch.push_back(keep.back().get());
