@@ -93,15 +93,20 @@ def rank0_pid(mpirun_pid):
     raise RuntimeError(f"mpirun {mpirun_pid} has no rank 0 among {children}")
 
 
-def read_head(sock):
-    """The status line and headers of a response on a raw socket (b"" if it closed first)."""
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = sock.recv(4096)
+def read_until(sock, marker):
+    """What a raw socket sends until `marker` has arrived or the peer closes."""
+    data = b""
+    while marker not in data:
+        chunk = sock.recv(65536)
         if not chunk:
             break
-        head += chunk
-    return head
+        data += chunk
+    return data
+
+
+def read_head(sock):
+    """The status line and headers of a response on a raw socket (b"" if it closed first)."""
+    return read_until(sock, b"\r\n\r\n")
 
 
 def sse_events(raw):

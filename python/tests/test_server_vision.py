@@ -33,7 +33,7 @@ from PIL import Image
 
 from cli_support import skip_unless_built
 from dayzero_ref import kimi, make_tiny, verify_dump
-from server_support import ServerProcess
+from server_support import ServerProcess, read_until
 
 SEED = 20261207
 # Log probabilities, absolute: BF16 activations through the tiny model move them by ~1e-3.
@@ -198,12 +198,7 @@ class ServerVisionTest(unittest.TestCase):
         status, _, body = self.chat(user_message(huge))
         self.assertIn(status, (400, 413), body)
         # The stream beside them finished whole.
-        raw = b""
-        while b"data: [DONE]" not in raw:
-            chunk = long_stream.recv(65536)
-            if not chunk:
-                break
-            raw += chunk
+        raw = read_until(long_stream, b"data: [DONE]")
         long_stream.close()
         self.assertIn(b" 200 OK", raw.split(b"\r\n", 1)[0])
         self.assertIn(b'"finish_reason":"length"', raw)
