@@ -6,7 +6,8 @@
 // AMX machine). The GEMV reports packed weight bytes (codes + scales, 4.25 bits per weight) per
 // second as a fraction of the DRAM read bandwidth measured in the same run (machine_limits.h); the
 // GEMM reports FLOP/s against the BF16 GEMM limit. The peer is BF16 weights of the same shape
-// (3.76× the bytes per weight) on the oneDNN path.
+// (3.76× the bytes per weight) on the oneDNN path. The Mxint8 variants run the same weights with
+// MXINT8 activations (LinearWeight's 8-bit mode: the VPDPBUSD GEMV at every token count).
 #include <benchmark/benchmark.h>
 
 #include <time.h>
@@ -28,6 +29,7 @@ float sum_floats_avx512(const float* data, size_t num_floats);  // dram_read_avx
 namespace {
 
 using dz::kernels::LinearWeight;
+using dz::kernels::Mxfp4Activations;
 
 constexpr int64_t kOut = 3072, kIn = 3584;
 constexpr int64_t kSetBytes = int64_t{1} << 30;
@@ -49,7 +51,7 @@ uint64_t next_random(uint64_t& state) {
 }
 
 // Random nibbles (every E2M1 code) from a xorshift stream; scale codes 118–125, as trained weights.
-std::vector<LinearWeight> make_mxfp4_set() {
+std::vector<LinearWeight> make_mxfp4_set(Mxfp4Activations activations) {
   const int64_t num_matrices = (kSetBytes + kMxfp4Bytes - 1) / kMxfp4Bytes;
   std::vector<LinearWeight> set;
   std::vector<uint8_t> packed(static_cast<size_t>(kOut * kIn / 2));
@@ -63,7 +65,7 @@ std::vector<LinearWeight> make_mxfp4_set() {
     for (auto& s : scales) s = static_cast<uint8_t>(118 + next_random(state) % 8);
     auto w = LinearWeight::from_mxfp4(
         dz::TensorView(packed.data(), dz::DType::kU8, dz::Shape{kOut, kIn / 2}),
-        dz::TensorView(scales.data(), dz::DType::kU8, dz::Shape{kOut, kIn / 32}));
+        dz::TensorView(scales.data(), dz::DType::kU8, dz::Shape{kOut, kIn / 32}), activations);
     set.push_back(std::move(w).value());
   }
   return set;
@@ -83,7 +85,12 @@ std::vector<LinearWeight> make_bf16_set() {
 }
 
 const std::vector<LinearWeight>& mxfp4_set() {
-  static const std::vector<LinearWeight> set = make_mxfp4_set();
+  static const std::vector<LinearWeight> set = make_mxfp4_set(Mxfp4Activations::kBf16);
+  return set;
+}
+
+const std::vector<LinearWeight>& mxfp4_mxint8_set() {
+  static const std::vector<LinearWeight> set = make_mxfp4_set(Mxfp4Activations::kMxint8);
   return set;
 }
 
@@ -138,8 +145,14 @@ void BM_Mxfp4Linear(benchmark::State& state) {
   run(state, mxfp4_set(), kMxfp4Bytes);
 }
 
-// One [512, 3584] matrix (0.97 MB, in the 2 MiB L2) again and again: the kernel's own rate
+void BM_Mxfp4Mxint8Linear(benchmark::State& state) {
+  limits();
+  run(state, mxfp4_mxint8_set(), kMxfp4Bytes);
+}
+
+// One [512, 3584] matrix (0.97 MB, in a 1–2 MiB L2) again and again: the kernel's own rate
 // without DRAM, i.e. how much of the DRAM-bound target it could reach.
+template <Mxfp4Activations kActivations>
 void BM_Mxfp4LinearInL2(benchmark::State& state) {
   limits();
   static const std::vector<LinearWeight> one = [] {
@@ -149,7 +162,8 @@ void BM_Mxfp4LinearInL2(benchmark::State& state) {
     for (auto& b : packed) b = static_cast<uint8_t>(next_random(s));
     set.push_back(LinearWeight::from_mxfp4(
                       dz::TensorView(packed.data(), dz::DType::kU8, dz::Shape{512, kIn / 2}),
-                      dz::TensorView(scales.data(), dz::DType::kU8, dz::Shape{512, kIn / 32}))
+                      dz::TensorView(scales.data(), dz::DType::kU8, dz::Shape{512, kIn / 32}),
+                      kActivations)
                       .value());
     return set;
   }();
@@ -200,10 +214,14 @@ void thread_args(benchmark::internal::Benchmark* b, std::initializer_list<int64_
 
 BENCHMARK(BM_Mxfp4Linear)->Apply([](auto* b) { thread_args(b, {1, 2, 4, 8, 16, 17, 64, 255}); });
 BENCHMARK(BM_DramRead)->UseRealTime()->MinTime(1.0);
-BENCHMARK(BM_Mxfp4LinearInL2)
-    ->Args({1, 1})
-    ->Args({1, 2})
-    ->Args({2, 1})
+BENCHMARK(BM_Mxfp4Mxint8Linear)->Apply([](auto* b) {
+  thread_args(b, {1, 2, 4, 8, 16, 17, 64, 255});
+});
+BENCHMARK_TEMPLATE(BM_Mxfp4LinearInL2, Mxfp4Activations::kBf16)
+    ->ArgsProduct({{1, 2, 4, 8}, {1}})
+    ->ArgNames({"tokens", "threads"});
+BENCHMARK_TEMPLATE(BM_Mxfp4LinearInL2, Mxfp4Activations::kMxint8)
+    ->ArgsProduct({{1, 2, 4, 8}, {1}})
     ->ArgNames({"tokens", "threads"});
 BENCHMARK(BM_Bf16Linear)->Apply([](auto* b) { thread_args(b, {1, 255}); });
 

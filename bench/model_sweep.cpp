@@ -91,11 +91,13 @@ double clock_seconds(bool cpu, int cpu_threads) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-Result<BenchModel> load_synthetic_bench_model(const std::string& config_path) {
+Result<BenchModel> load_synthetic_bench_model(const std::string& config_path,
+                                              kernels::Mxfp4Activations mxfp4_activations) {
   BenchModel m;
   m.name = config_path;
   DZ_ASSIGN_OR_RETURN(model::SyntheticModelConfig config,
                       model::load_synthetic_config(config_path));
+  config.mxfp4_activations = mxfp4_activations;
   const double t0 = clock_seconds(false);
   DZ_ASSIGN_OR_RETURN(std::unique_ptr<model::HybridModel> built,
                       model::build_synthetic_model(config));

@@ -68,7 +68,9 @@ struct BenchModel {
   dist::Comm* comm = nullptr;
 };
 
-Result<BenchModel> load_synthetic_bench_model(const std::string& config_path);
+Result<BenchModel> load_synthetic_bench_model(
+    const std::string& config_path,
+    kernels::Mxfp4Activations mxfp4_activations = kernels::Mxfp4Activations::kBf16);
 // Wraps a loaded checkpoint (the CLI loads it as `dayzero generate` does).
 BenchModel wrap_checkpoint_model(std::string name, std::unique_ptr<model::CausalLm> model);
 

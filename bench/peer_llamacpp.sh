@@ -8,9 +8,11 @@
 # output lands in OUTDIR; bench/peer_report.py prints the table (OUTDIR/table.md, table.json).
 #
 # Usage: bench/peer_llamacpp.sh --llama LLAMA_DIR --dayzero PATH/TO/dayzero --gguf PATH.gguf
-#            --out OUTDIR [--llama-build BUILD_DIR] [--threads 2] [--quick]
+#            --out OUTDIR [--llama-build BUILD_DIR] [--threads 2] [--mxint8] [--quick]
 #   LLAMA_DIR: a llama.cpp source tree (its gguf-py writes the GGUF) built in BUILD_DIR
 #   (default LLAMA_DIR/build; bin/llama-bench, bin/llama-batched-bench). A missing GGUF is written (6.2 GiB, about a minute).
+#   --mxint8: also run dayzero's decode (B=1 at the mid context, the batches) and prefill rows with
+#   --mxfp4-activations mxint8 (8-bit activations of the MXFP4 experts, as llama.cpp's Q8 blocks).
 #   --quick: one repetition, batches 1 and 4, shorter contexts and prompts (a smoke test of a few
 #   minutes; its figures are not the comparison).
 # Run it on a quiet machine: other processes take cores and memory bandwidth from both sides.
@@ -23,7 +25,7 @@ usage() {
 die() { echo "peer_llamacpp.sh: $*" >&2; exit 1; }
 step() { echo "[$(date +%T)] $*" >&2; }
 
-llama="" llama_build="" dayzero="" gguf="" out="" threads=2 quick=0
+llama="" llama_build="" dayzero="" gguf="" out="" threads=2 quick=0 mxint8=0
 while (($#)); do
   case $1 in
     --llama) llama=${2:?--llama needs a directory}; shift 2 ;;
@@ -33,6 +35,7 @@ while (($#)); do
     --out) out=${2:?--out needs a directory}; shift 2 ;;
     --threads) threads=${2:?--threads needs a number}; shift 2 ;;
     --quick) quick=1; shift ;;
+    --mxint8) mxint8=1; shift ;;
     -h | --help) usage ;;
     *) echo "peer_llamacpp.sh: unknown argument $1" >&2; usage ;;
   esac
@@ -73,7 +76,7 @@ max_batch=${batches##*,}
 batched_ctx=$((max_batch * (mid + batch_gen)))  # -pps: each sequence holds the prompt + its tokens
 
 cat > "$out/run.json" <<EOF
-{"threads": $threads, "quick": $quick, "reps": $reps, "short_gen": $short_gen,
+{"threads": $threads, "quick": $quick, "mxint8": $mxint8, "reps": $reps, "short_gen": $short_gen,
  "short_context": $short_context, "mid_context": $mid, "long_context": $long,
  "prompts": [$prompts], "batches": [$batches], "batch_gen": $batch_gen,
  "dsa_contexts": "$dsa_contexts", "gguf": "$gguf", "llama_dir": "$llama", "llama_build": "$llama_build", "dayzero": "$dayzero"}
@@ -149,6 +152,13 @@ dz dayzero_prefill prefill --config "$dz_shape" --threads "$threads" --tokens "$
   --chunk 2048
 dz dayzero_decode_dsa decode --config "$dz_shape_dsa" --threads "$threads" --batch 1 \
   --context "$dsa_contexts" "${dz_steps[@]}"
+if ((mxint8)); then
+  int8=(--mxfp4-activations mxint8)
+  dz dayzero_mxint8_decode_batch decode --config "$dz_shape" --threads "$threads" \
+    --batch "$batches" --context "$mid" "${int8[@]}" "${dz_steps[@]}"
+  dz dayzero_mxint8_prefill prefill --config "$dz_shape" --threads "$threads" --tokens "$prompts" \
+    --chunk 2048 "${int8[@]}"
+fi
 
 run limits_end "$dayzero" bench limits --json --threads "$threads" --seconds "$limits_seconds"
 run limits_end_1thread "$dayzero" bench limits --json --threads 1 --seconds "$limits_seconds"

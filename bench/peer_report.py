@@ -150,6 +150,24 @@ def rows_of(run):
         long_row and long_row["tokens_per_second"], long_row and long_row.get("dram_fraction"),
         "DRAM" if long_row else "", notes)
 
+    if p.get("mxint8"):  # bench/peer_llamacpp.sh --mxint8: the same rows, 8-bit activations
+        for batch in p.get("batches", [1, 4, 16, 64]):
+            row = run.dayzero_row("dayzero_mxint8_decode_batch", batch=batch, context=mid)
+            llama = batched.get(batch)
+            notes = (f"speedup over B=1: {row['speedup']:.2f}× of ideal "
+                     f"{fmt(row.get('ideal_speedup'))}× (achieved/ideal "
+                     f"{fmt(row.get('achieved_over_ideal'))})" if batch > 1 and row else "")
+            add(f"decode B={batch}, context {mid}, {threads} thr, dayzero with MXINT8 activations",
+                llama, row and row["tokens_per_second"], row and row.get("dram_fraction"),
+                "DRAM" if row else "", notes)
+        for tokens in p.get("prompts", [512, 2048]):
+            row = run.dayzero_row("dayzero_mxint8_prefill", tokens=tokens)
+            add(f"prefill {tokens} tokens, {threads} thr, dayzero with MXINT8 activations",
+                run.llama_bench("llama_bench", tokens, 0, 0)[0],
+                row and row["tokens_per_second"], row and row.get("gemm_fraction"),
+                "best GEMM peak" if row else "",
+                f"{fmt(row.get('gflops'), 0)} GFLOP/s" if row else "")
+
     dsa = run.json("dayzero_decode_dsa")
     dsa_rows = [r for r in (dsa or {}).get("rows", []) if r["batch"] == 1]
     for r in dsa_rows:

@@ -215,7 +215,8 @@ class DeepseekV32Reference(ReferenceBase):
         if mtp_hidden not in MTP_HIDDEN:
             raise ValueError(f"mtp_hidden {mtp_hidden!r}: expected one of {MTP_HIDDEN}")
         self.config = c = load_config(model_dir)
-        self.w = load_tensors(model_dir, c)
+        self.mxfp4_names = set()
+        self.w = load_tensors(model_dir, c, self.mxfp4_names)
         self.kv_cache_dtype = kv_cache_dtype
         self.mtp_hidden = mtp_hidden
         self.mtp_zero_position0 = mtp_zero_position0

@@ -28,6 +28,7 @@ __all__ = [
     "pack_fp4", "unpack_fp4", "quantize_fp8_block", "dequantize_fp8_block",
     "quantize_mxfp4_compressed_tensors", "dequantize_mxfp4_compressed_tensors",
     "quantize_mxfp4_gpt_oss", "dequantize_mxfp4_gpt_oss", "act_quant", "hadamard",
+    "mxint8_exponent", "mxint8_fake_quant",
 ]
 
 MX_BLOCK = 32
@@ -434,3 +435,34 @@ def hadamard(x):
         x = torch.stack([a + b, a - b], dim=-2).reshape(*lead, n)
         h *= 2
     return x * torch.tensor(np.float32(1.0 / math.sqrt(n)), dtype=torch.float32)
+
+
+MXINT8_MIN_EXPONENT = -133
+
+
+def mxint8_exponent(amax):
+    """The MXINT8 block exponent e (scale 2^e) of each amax > 0 (docs/formats.md §2.5): the smallest
+    e with amax <= 127 · 2^e, at least -133 (OCP's E8M0 floor less the elements' implicit 2^-6)."""
+    a = torch.as_tensor(amax, dtype=torch.float64)
+    mant, exp = torch.frexp(a)  # a = mant · 2^exp, mant in [0.5, 1)
+    # 127 · 2^(exp - 7) = mant_max · 2^exp with mant_max = 127/128: e = exp - 7 unless mant exceeds.
+    e = exp.to(torch.int64) - 7 + (mant > 127.0 / 128.0).to(torch.int64)
+    return torch.clamp(e, min=MXINT8_MIN_EXPONENT)
+
+
+def mxint8_fake_quant(x):
+    """x [..., K] (K % 32 == 0) through MXINT8 and back, as the engine's 8-bit activations of MXFP4
+    weights: per block of 32 along K, codes round-half-even(x / 2^e) in [-127, 127] times 2^e
+    (exact in FP32). An all-zero block stays zero; a block with NaN or Inf becomes NaN."""
+    x = _as_f32(x)
+    if x.shape[-1] % MX_BLOCK:
+        raise ValueError(f"mxint8_fake_quant: last dimension {x.shape[-1]} is not a multiple of 32")
+    blocks = x.reshape(*x.shape[:-1], x.shape[-1] // MX_BLOCK, MX_BLOCK).to(torch.float64)
+    finite = torch.isfinite(blocks).all(dim=-1, keepdim=True)
+    amax = torch.where(finite, blocks.abs(), torch.zeros_like(blocks)).amax(dim=-1, keepdim=True)
+    scale = torch.ldexp(torch.ones_like(amax), mxint8_exponent(torch.where(amax > 0, amax, 1.0)))
+    q = torch.round(blocks / scale)  # half to even
+    out = torch.where(amax > 0, q * scale, torch.zeros_like(blocks))
+    out = torch.where(finite, out, torch.full_like(blocks, float("nan")))
+    return out.reshape(x.shape).to(torch.float32)
+

@@ -231,7 +231,8 @@ class KimiReference(ReferenceBase):
         if kv_cache_dtype == "fp8" and c["kv_lora_rank"] % formats.ACT_QUANT_GROUP:
             raise ValueError(f"kv_cache_dtype fp8 needs kv_lora_rank % 128 == 0, got "
                              f"{c['kv_lora_rank']}")
-        self.w = load_tensors(model_dir, c)
+        self.mxfp4_names = set()
+        self.w = load_tensors(model_dir, c, self.mxfp4_names)
         self.kv_cache_dtype = kv_cache_dtype
         self.num_layers = c["num_hidden_layers"]
         self.eps = float(c.get("rms_norm_eps", 1e-5))

@@ -34,12 +34,12 @@ def weight_files(model_dir):
     return [single]
 
 
-def load_tensors(model_dir, config):
+def load_tensors(model_dir, config, mxfp4_names=None):
     """name -> FP32 tensor for every weight of the checkpoint. FP8 block weights are dequantized
     exactly with their weight_scale_inv; compressed-tensors MXFP4 pairs `<m>.weight_packed` +
     `<m>.weight_scale` become `<m>.weight`, decoded exactly (E2M1 value · 2^(e−127), docs/formats.md §3.4).
     The scale tensors are dropped from the result. `config`: the (text) config holding
-    quantization_config."""
+    quantization_config. `mxfp4_names`: a set that receives the names of the MXFP4 weights."""
     raw = {}
     for path in weight_files(model_dir):
         raw.update(safetensors_io.load_file(path))
@@ -62,6 +62,8 @@ def load_tensors(model_dir, config):
                 raise ValueError(f"{scale_name}: shape {list(scale.shape)} does not match "
                                  f"{name} {list(t.shape)}")
             out[base] = formats.dequantize_mxfp4_compressed_tensors(t, scale).float()
+            if mxfp4_names is not None:
+                mxfp4_names.add(base)
         elif r.dtype == "F8_E4M3":
             scale_name = name + "_scale_inv"
             if scale_name not in raw:
@@ -121,6 +123,10 @@ class ReferenceBase:
     noise = None
     w = None
     config = None
+    # "mxint8": the MXFP4 weights (mxfp4_names, filled by load_tensors) multiply activations
+    # through formats.mxint8_fake_quant, as the engine's --mxfp4-activations mxint8.
+    mxfp4_activations = "bf16"
+    mxfp4_names = frozenset()
 
     def _bf16(self, x):
         y = formats.round_to_bf16(x)
@@ -137,6 +143,8 @@ class ReferenceBase:
         return self._bf16(weight * normed)
 
     def _linear(self, x, name):
+        if self.mxfp4_activations == "mxint8" and name in self.mxfp4_names:
+            x = formats.mxint8_fake_quant(x)
         return x @ self.w[name].t()
 
     @staticmethod

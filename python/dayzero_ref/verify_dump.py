@@ -91,7 +91,8 @@ def image_placeholders(model_dir, image_paths):
     return ids
 
 
-def dump(model_dir, out_dir, token_ids, kv_cache_dtype=None, image_paths=None):
+def dump(model_dir, out_dir, token_ids, kv_cache_dtype=None, image_paths=None,
+         mxfp4_activations="bf16"):
     """kv_cache_dtype None: the model's default (deepseek_v32 fp8, Kimi bf16). image_paths:
     kimi_k3 only, see the module docstring."""
     taps = {}
@@ -105,6 +106,7 @@ def dump(model_dir, out_dir, token_ids, kv_cache_dtype=None, image_paths=None):
         ref = kimi.KimiReference(model_dir, kv_cache_dtype=kv_cache_dtype or "bf16")
     else:
         ref = deepseek_v32.DeepseekV32Reference(model_dir, kv_cache_dtype=kv_cache_dtype or "fp8")
+    ref.mxfp4_activations = mxfp4_activations
     with torch.no_grad():
         if input_embeds is None:
             ref.forward(token_ids, taps=taps)
@@ -128,6 +130,8 @@ def main(argv=None):
                              f"{DEFAULT_PROMPT_LENGTH}-token test prompt)")
     parser.add_argument("--kv-cache-dtype", choices=deepseek_v32.KV_CACHE_DTYPES, default=None,
                         help="default: fp8 for deepseek_v32, bf16 for Kimi models")
+    parser.add_argument("--mxfp4-activations", choices=("bf16", "mxint8"), default="bf16",
+                        help="what the MXFP4 weights multiply (as the engine's flag)")
     parser.add_argument("--image", action="append", default=[], metavar="PATH",
                         help="an image file (kimi_k3 only; repeatable, in prompt order)")
     args = parser.parse_args(argv)
@@ -135,7 +139,8 @@ def main(argv=None):
         token_ids = args.token_ids or default_prompt(args.model_dir)
         if args.image and not args.token_ids:  # each image's placeholders, then the prompt
             token_ids = image_placeholders(args.model_dir, args.image) + list(token_ids)
-        dump(args.model_dir, args.out_dir, token_ids, args.kv_cache_dtype, args.image)
+        dump(args.model_dir, args.out_dir, token_ids, args.kv_cache_dtype, args.image,
+             args.mxfp4_activations)
     except (OSError, ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

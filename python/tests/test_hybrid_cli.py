@@ -10,6 +10,8 @@
    9 and 30 (the index cache, the MTP layer's cache and the KDA state written by one path and read
    by the other); max |a − b| < 5e-3 · max |full| and identical argmax.
 3. `dayzero verify` passes every operator, layer and model row (indexer selections included).
+   With --mxfp4-activations mxint8 (8-bit activations of the MXFP4 experts) 1–3 hold against the
+   reference with the same activations, which the engine is closer to than to the BF16 one.
 4. The default model: `generate` without --model runs $DAYZERO_MODEL and logs the pick; a missing
    one fails with a message; `--help` names the default.
 """
@@ -111,6 +113,41 @@ class HybridCli(unittest.TestCase):
                     self.assertLess(diff, SPLIT_TOLERANCE)
                     np.testing.assert_array_equal(split.argmax(axis=1), whole.argmax(axis=1))
         print(f"\nsplits vs full prefill: worst max|diff|/max|full| = {worst:.2e}")
+
+    def test_mxint8_activations(self):
+        """--mxfp4-activations mxint8: against the reference with the same MXINT8 activations
+        (closer to it than to the BF16-activation reference), every split equal to the full
+        prefill (one kernel for every token count), and `verify` passing every row."""
+        from dayzero_ref import hybrid  # pylint: disable=import-outside-toplevel
+        ids = prompt(40)
+        flag = ("--mxfp4-activations", "mxint8")
+        ours = self.logits(ids, *flag)
+        ref = hybrid.HybridReference(self.dir)
+        with torch.no_grad():
+            bf16 = ref.forward(ids).numpy()
+            ref.mxfp4_activations = "mxint8"
+            mxint8 = (ref.forward(ids).numpy(), ref.mtp_logits(ids).numpy())
+        for head, mine, exp in zip(("main", "mtp"), ours, mxint8):
+            rel = rel_l2_per_row(mine, exp)
+            agree = float((mine.argmax(axis=1) == exp.argmax(axis=1)).mean())
+            print(f"\nmxint8 vs its reference, {head}: median rel L2 {np.median(rel):.2e}, "
+                  f"argmax agreement {agree:.3f}")
+            self.assertLess(np.median(rel), REF_MEDIAN_REL_L2)
+            self.assertGreaterEqual(agree, REF_ARGMAX_AGREEMENT)
+        to_mxint8 = np.median(rel_l2_per_row(ours[0], mxint8[0]))
+        to_bf16 = np.median(rel_l2_per_row(ours[0], bf16))
+        print(f"\nmxint8 engine: median rel L2 {to_mxint8:.2e} to the mxint8 reference, "
+              f"{to_bf16:.2e} to the bf16 one")
+        self.assertLess(2 * to_mxint8, to_bf16)
+        for split in (("--prefill-chunk", 7), ("--decode-from", 9)):
+            for head, got, whole in zip(("main", "mtp"), self.logits(ids, *flag, *split), ours):
+                with self.subTest(split=split, head=head):
+                    diff = np.abs(got - whole).max() / np.abs(whole).max()
+                    self.assertLess(diff, SPLIT_TOLERANCE)
+                    np.testing.assert_array_equal(got.argmax(axis=1), whole.argmax(axis=1))
+        proc = run_dayzero("verify", "--model", self.dir, "--threads", 1, *flag)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn(" 0 failed", proc.stdout)
 
     def test_verify_passes(self):
         proc = run_dayzero("verify", "--model", self.dir, "--threads", 1)

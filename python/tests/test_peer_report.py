@@ -117,6 +117,28 @@ class PeerReportTest(unittest.TestCase):
         self.assertIn("—", result.stdout)
 
 
+    def test_mxint8_rows(self):
+        """--mxint8 runs: the batch and prefill rows again with dayzero's 8-bit activations."""
+        out = self.copy_fixture()
+        with open(os.path.join(out, "run.json"), "w") as f:
+            json.dump(dict(self.params, mxint8=1), f)
+        result = report(out)
+        self.assertEqual(result.returncode, 1)  # the mxint8 outputs are not there yet
+        self.assertIn("dayzero_mxint8_decode_batch.out", result.stderr)
+        self.assertIn("dayzero_mxint8_prefill.out", result.stderr)
+        for name in ("decode_batch", "prefill"):
+            shutil.copy(os.path.join(out, f"dayzero_{name}.out"),
+                        os.path.join(out, f"dayzero_mxint8_{name}.out"))
+        table_json = os.path.join(self.tmp, "table.json")
+        result = report(out, "--json", table_json)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        with open(table_json) as f:
+            rows = [r for r in json.load(f)["rows"] if "MXINT8" in r["what"]]
+        self.assertEqual(len(rows), len(self.params["batches"]) + len(self.params["prompts"]))
+        for r in rows:
+            self.assertIsNotNone(r["ratio"], r)
+
+
 class PeerGgufTest(unittest.TestCase):
     def test_dayzero_config_is_the_repo_shape_with_vocab_512(self):
         with tempfile.TemporaryDirectory() as tmp:

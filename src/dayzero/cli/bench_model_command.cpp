@@ -39,6 +39,7 @@ struct CommonArgs {
   std::string config_path;
   std::string model_dir;
   std::string kv_cache_dtype = "auto";
+  std::string mxfp4_activations = "bf16";
   int num_threads = 0;
   int64_t block_size = 64;
   std::string clock = "wall";
@@ -91,6 +92,11 @@ void add_common_options(CLI::App& command, CommonArgs& args) {
   command.add_option("--kv-cache-dtype", args.kv_cache_dtype, "with --model: auto, fp8 or bf16")
       ->check(CLI::IsMember({"auto", "fp8", "bf16"}))
       ->capture_default_str();
+  command
+      .add_option("--mxfp4-activations", args.mxfp4_activations,
+                  "what MXFP4 weights multiply: bf16 or mxint8 (8-bit activations)")
+      ->check(CLI::IsMember({"bf16", "mxint8"}))
+      ->capture_default_str();
   command.add_option("--threads", args.num_threads, "threads (0: all hardware threads)")
       ->check(integer_at_least(0))
       ->capture_default_str();
@@ -132,10 +138,15 @@ double peak_rss_bytes() {
 Result<bench::BenchModel> load_bench_model(const CommonArgs& args) {
   if (args.config_path.empty() && args.model_dir.empty())
     return make_error(StatusCode::kInvalidArgument, "give --config FILE.json or --model DIR");
-  if (!args.config_path.empty()) return bench::load_synthetic_bench_model(args.config_path);
+  const auto mxfp4_activations = args.mxfp4_activations == "mxint8"
+                                     ? kernels::Mxfp4Activations::kMxint8
+                                     : kernels::Mxfp4Activations::kBf16;
+  if (!args.config_path.empty())
+    return bench::load_synthetic_bench_model(args.config_path, mxfp4_activations);
   ModelArgs model_args;
   model_args.model_dir = args.model_dir;
   model_args.kv_cache_dtype = args.kv_cache_dtype;
+  model_args.mxfp4_activations = args.mxfp4_activations;
   model_args.num_threads = args.num_threads;
   model_args.parallel = args.parallel;
   const double t0 = bench::clock_seconds(false);
@@ -195,6 +206,8 @@ nlohmann::json model_json(const bench::BenchModel& m) {
     out["weight_format"] = model::synthetic_format_name(c.weight_format);
     out["expert_format"] = model::synthetic_format_name(c.expert_format);
     out["kv_cache_dtype"] = c.kv_cache_dtype == kernels::KvCacheDtype::kFp8 ? "fp8" : "bf16";
+    out["mxfp4_activations"] =
+        c.mxfp4_activations == kernels::Mxfp4Activations::kMxint8 ? "mxint8" : "bf16";
   }
   return out;
 }

@@ -142,8 +142,9 @@ Result<runtime::EngineConfig> engine_config(const ModelArgs& model, const Engine
       (e.state_checkpoint_interval + config.block_size - 1) / config.block_size * config.block_size;
   std::error_code ec;
   const std::filesystem::path dir = std::filesystem::weakly_canonical(model.model_dir, ec);
-  config.model_identity =
-      (ec ? model.model_dir : dir.string()) + "|kv_cache_dtype=" + model.kv_cache_dtype;
+  config.model_identity = (ec ? model.model_dir : dir.string()) +
+                          "|kv_cache_dtype=" + model.kv_cache_dtype +
+                          "|mxfp4_activations=" + model.mxfp4_activations;
   return config;
 }
 

@@ -24,14 +24,16 @@ struct ParallelArgs {
 
 struct ModelArgs {
   std::string model_dir;
-  std::string kv_cache_dtype = "auto";  // auto: the recipe's default
-  int num_threads = 0;                  // 0: all hardware threads
+  std::string kv_cache_dtype = "auto";     // auto: the recipe's default
+  std::string mxfp4_activations = "bf16";  // or "mxint8"
+  int num_threads = 0;                     // 0: all hardware threads
   int64_t block_size = 64;
   ParallelArgs parallel;
 };
 
-// --model, --kv-cache-dtype, --threads, --block-size. --model is required unless
-// `model_has_default` (generate, serve: then resolve_model_dir (default_model.h) fills it in).
+// --model, --kv-cache-dtype, --mxfp4-activations, --threads, --block-size. --model is required
+// unless `model_has_default` (generate, serve: then resolve_model_dir (default_model.h) fills it
+// in).
 void add_model_options(CLI::App& command, ModelArgs& args, bool model_has_default = false);
 
 // --tp, --ep, --cp and --cp-layout, for the commands that run a model over several ranks.

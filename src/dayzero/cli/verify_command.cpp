@@ -91,7 +91,9 @@ Status run_reference_dump(const VerifyArgs& args, const std::string& kv_cache_dt
       args.model.model_dir,
       out_dir,
       "--kv-cache-dtype",
-      args.reference_kv_cache_dtype.empty() ? kv_cache_dtype : args.reference_kv_cache_dtype};
+      args.reference_kv_cache_dtype.empty() ? kv_cache_dtype : args.reference_kv_cache_dtype,
+      "--mxfp4-activations",
+      args.model.mxfp4_activations};
   if (!args.token_ids.empty()) {
     argv_s.push_back("--token-ids");
     argv_s.push_back(args.token_ids);

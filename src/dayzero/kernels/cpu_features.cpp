@@ -69,6 +69,7 @@ const CpuFeatures& detected_cpu_features() {
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     f.avx512_vbmi = f.avx512 && __builtin_cpu_supports("avx512vbmi");
     f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
+    f.avx512_vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");
     f.amx_bf16 = f.avx512_bf16 && amx_bf16_granted();
     return f;
   }();

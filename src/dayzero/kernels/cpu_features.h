@@ -19,6 +19,7 @@ struct CpuFeatures {
   bool avx512 = false;       // F, BW, VL, DQ (and F16C, which every AVX-512 part has)
   bool avx512_vbmi = false;  // VPERMI2B byte tables (docs/formats.md)
   bool avx512_bf16 = false;  // VDPBF16PS (the MXFP4 GEMV, docs/formats.md)
+  bool avx512_vnni = false;  // VPDPBUSD (MXFP4 weights with 8-bit activations)
   // AMX-TILE and AMX-BF16, with the tile data state granted to this process by the OS (Linux
   // asks each process to request it); only alongside avx512_bf16.
   bool amx_bf16 = false;

@@ -20,7 +20,8 @@ struct Operator {
 bool runs(const Variant& v, const CpuFeatures& f) {
   const CpuFeatures& n = v.needs;
   return (!n.avx512 || f.avx512) && (!n.avx512_vbmi || f.avx512_vbmi) &&
-         (!n.avx512_bf16 || f.avx512_bf16) && (!n.amx_bf16 || f.amx_bf16);
+         (!n.avx512_bf16 || f.avx512_bf16) && (!n.avx512_vnni || f.avx512_vnni) &&
+         (!n.amx_bf16 || f.amx_bf16);
 }
 
 // The features of `needs` that `f` lacks (all of them when `f` is empty), space-separated.
@@ -29,6 +30,7 @@ std::string lacking(const CpuFeatures& needs, const CpuFeatures& f) {
       {"avx512", needs.avx512, f.avx512},
       {"avx512_vbmi", needs.avx512_vbmi, f.avx512_vbmi},
       {"avx512_bf16", needs.avx512_bf16, f.avx512_bf16},
+      {"avx512_vnni", needs.avx512_vnni, f.avx512_vnni},
       {"amx_bf16", needs.amx_bf16, f.amx_bf16}};
   std::string out;
   for (const auto& [name, needed, present] : flags) {
@@ -42,6 +44,7 @@ std::string lacking(const CpuFeatures& needs, const CpuFeatures& f) {
 constexpr CpuFeatures kAvx512{.avx512 = true};
 constexpr CpuFeatures kAvx512Bf16{.avx512 = true, .avx512_bf16 = true};
 constexpr CpuFeatures kAvx512VbmiBf16{.avx512 = true, .avx512_vbmi = true, .avx512_bf16 = true};
+constexpr CpuFeatures kVnni{.avx512 = true, .avx512_vnni = true};
 constexpr CpuFeatures kVbmi{.avx512 = true, .avx512_vbmi = true};
 constexpr CpuFeatures kAmx{.avx512 = true, .avx512_bf16 = true, .amx_bf16 = true};
 constexpr CpuFeatures kAmxVbmi{
@@ -78,6 +81,7 @@ const std::vector<Operator>& operators() {
        {{"AMX-BF16 tiles (GEMV to 16 tokens, GEMM)", kAmx},
         {"GEMV / BF16 tiles + oneDNN", kAvx512Bf16},
         kPortable}},
+      {"MXFP4 linear, MXINT8 activations", {{"VPDPBUSD GEMV", kVnni}, kPortable}},
       {"lightning indexer (FP8 keys)",
        {{"AMX-BF16 tiles", kAmxVbmi},
         {"VDPBF16PS, heads in the lanes", kAvx512VbmiBf16},
@@ -119,8 +123,9 @@ std::vector<KernelPath> kernel_paths(const CpuFeatures& features) {
 
 std::string describe_cpu_features(const CpuFeatures& f) {
   auto yes = [](bool b) { return b ? "yes" : "no"; };
-  return fmt::format("avx512 {}, avx512_vbmi {}, avx512_bf16 {}, amx_bf16 {}", yes(f.avx512),
-                     yes(f.avx512_vbmi), yes(f.avx512_bf16), yes(f.amx_bf16));
+  return fmt::format("avx512 {}, avx512_vbmi {}, avx512_bf16 {}, avx512_vnni {}, amx_bf16 {}",
+                     yes(f.avx512), yes(f.avx512_vbmi), yes(f.avx512_bf16), yes(f.avx512_vnni),
+                     yes(f.amx_bf16));
 }
 
 std::string kernel_path_report(const CpuFeatures& detected, CpuIsa isa) {

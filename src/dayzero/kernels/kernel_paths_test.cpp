@@ -57,10 +57,16 @@ TEST(KernelPaths, FollowTheDispatchersOnThisProcess) {
                                            "AMX-BF16 GEMM, decoded codes as A tiles");
   EXPECT_EQ(mxfp4_amx_available(),
             path_of(paths, "MXFP4 linear").path == "AMX-BF16 tiles (GEMV to 16 tokens, GEMM)");
+  EXPECT_EQ(mxfp4_mxint8_vnni_available(),
+            !portable(path_of(paths, "MXFP4 linear, MXINT8 activations")));
 }
 
 TEST(KernelPaths, EveryFeatureTakesEveryBestPath) {
-  const CpuFeatures all{.avx512 = true, .avx512_vbmi = true, .avx512_bf16 = true, .amx_bf16 = true};
+  const CpuFeatures all{.avx512 = true,
+                        .avx512_vbmi = true,
+                        .avx512_bf16 = true,
+                        .avx512_vnni = true,
+                        .amx_bf16 = true};
   for (const KernelPath& p : kernel_paths(all)) {
     EXPECT_EQ(p.path, p.best) << p.op;
     EXPECT_EQ(p.missing, "") << p.op;

@@ -28,8 +28,10 @@ Result<LinearWeight> LinearWeight::from_fp8_block(const TensorView& codes,
 }
 
 Result<LinearWeight> LinearWeight::from_mxfp4(const TensorView& weight_packed,
-                                              const TensorView& weight_scale) {
-  DZ_ASSIGN_OR_RETURN(Mxfp4Linear mxfp4, Mxfp4Linear::create(weight_packed, weight_scale));
+                                              const TensorView& weight_scale,
+                                              Mxfp4Activations activations) {
+  DZ_ASSIGN_OR_RETURN(Mxfp4Linear mxfp4,
+                      Mxfp4Linear::create(weight_packed, weight_scale, activations));
   return LinearWeight(std::make_unique<const Format>(Format{std::move(mxfp4)}));
 }
 

@@ -14,6 +14,11 @@
 
 namespace dz::kernels {
 
+// The activations an MXFP4 weight multiplies: BF16 (the default, as for every format), or MXINT8
+// (formats/mxint8.h: 8 bits per element and a power-of-two scale per 32, as llama.cpp's Q8 blocks;
+// an opt-in mode for CPUs with AVX-512 VNNI, docs/decisions.md).
+enum class Mxfp4Activations { kBf16, kMxint8 };
+
 class LinearWeight {
  public:
   // weight: BF16, F16 or F32 [out, in].
@@ -27,7 +32,8 @@ class LinearWeight {
   // [out, in/32]: W[i, j] = e2m1 · 2^(scale − 127). in % 32 == 0. Refuses scale code 0xFF (NaN),
   // naming the first offending index.
   static Result<LinearWeight> from_mxfp4(const TensorView& weight_packed,
-                                         const TensorView& weight_scale);
+                                         const TensorView& weight_scale,
+                                         Mxfp4Activations activations = Mxfp4Activations::kBf16);
   // From FP32 values [out, in] (tests, absorbed-weight products): stored as BF16 (rounded, RNE).
   static LinearWeight from_f32_as_bf16(const float* weight, int64_t out_features,
                                        int64_t in_features);

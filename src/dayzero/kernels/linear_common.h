@@ -25,6 +25,7 @@ std::byte* ensure(AlignedBuffer& buffer, size_t size_bytes);
 // never outlive one forward() call, so they carry no state between calls.
 struct ActivationScratch {
   AlignedBuffer bf16, f32;
+  AlignedBuffer mxint8;  // MXINT8 activations in the VNNI GEMV's layout (linear_kernels.h)
 };
 ActivationScratch& activation_scratch();
 

@@ -8,6 +8,7 @@
 // (tiles).
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 
 #include "dayzero/formats/fp8_block.h"
@@ -175,5 +176,46 @@ void mxfp4_amx_gemv_folded_groups(const uint8_t* packed, const uint8_t* scales, 
 void mxfp4_amx_gemm_groups(const uint8_t* packed, const uint8_t* scales, int64_t in, int64_t out,
                            const uint16_t* x, int64_t num_tokens, float* y, int64_t y_stride,
                            int64_t group_begin, int64_t group_end);
+
+// MXFP4 weights with MXINT8 activations (formats/mxint8.h), the 8-bit mode of linear_mxfp4.h: on
+// AVX-512 VNNI (linear_mxfp4_mxint8_avx512.cpp) and in linear_mxfp4_mxint8_ref (linear_ref.h),
+// which give the same bits. Per 32-block b of a row and token, with weight scale code E_b and
+// activation codes q and scale s_b: S_b = Σ 2·e2m1_i · q_i (exact in int32: |S_b| ≤ 32 · 12 · 127)
+// and term_b = fl(S_b) · fl(2^(E_b−127) · s_b/2) (s_b/2 undoes the doubled weights; the product of
+// two powers of two is exact unless it leaves the FP32 range). The output adds the terms in 16
+// lanes, lane j taking blocks j, 16 + j, 32 + j, … by FMA in that order, then the lanes pairwise
+// (lane j plus lane j + 8, then + 4, + 2, + 1). The order depends on nothing but `in`, so a token
+// gets the same bits at every token count.
+inline constexpr int64_t kMxint8GroupBlocks = 16;  // one lane per block: 512 elements per group
+inline constexpr int64_t kMxint8GroupElems = kMxint8GroupBlocks * 32;
+inline int64_t mxint8_num_groups(int64_t in) {
+  return (in + kMxint8GroupElems - 1) / kMxint8GroupElems;
+}
+// Weights (mxfp4_vnni_repack): per row and group 256 bytes; the low nibbles of bytes 64k … 64k + 63
+// are vector 2k, the high nibbles vector 2k + 1, and byte 4j + i of vector v holds element
+// 32j + 4v + i of the group (block j in dword lane j). A partial last group is padded with code 0.
+inline constexpr int64_t kMxint8GroupWeightBytes = kMxint8GroupElems / 2;
+// One row of packed [in/2] nibbles (linear_mxfp4.h's order) into that layout
+// (mxint8_num_groups(in) · 256 bytes).
+void mxfp4_vnni_repack_row(const uint8_t* packed_row, int64_t in, uint8_t* out);
+// Activations (mxint8_pack_x_avx512): per token and group, the 512 code bytes in the weights'
+// order (int8, vector v byte 4j + i = element 32j + 4v + i), then 16 int32 offsets −12 · Σ_i q_i of
+// block j (VPDPBUSD takes the weights unsigned as 2·e2m1 + 12), then 16 FP32 s_j/2; padding blocks
+// have codes, offsets and scales 0.
+inline constexpr int64_t kMxint8GroupXBytes = kMxint8GroupElems + 2 * 64;
+inline int64_t mxint8_x_bytes(int64_t in) {
+  return mxint8_num_groups(in) * kMxint8GroupXBytes;
+}
+// out [mxint8_x_bytes(in)], 64-byte aligned = x [in] quantized (formats::quantize_mxint8_block per
+// block) in that layout.
+void mxint8_pack_x_avx512(const float* x, int64_t in, std::byte* out);
+// Most tokens one pass keeps in registers.
+inline constexpr int64_t kMxint8GemvMaxTokens = 8;
+// y[t · y_stride + i] for rows i in [row_begin, row_end) of the repacked weight, x packed as above
+// (tokens mxint8_x_bytes(in) apart), scales [out, in/32] E8M0 as stored.
+// num_tokens <= kMxint8GemvMaxTokens.
+void mxfp4_mxint8_gemv_rows_avx512(const uint8_t* vnni_packed, const uint8_t* scales, int64_t in,
+                                   const std::byte* x, int64_t num_tokens, float* y,
+                                   int64_t y_stride, int64_t row_begin, int64_t row_end);
 
 }  // namespace dz::kernels::detail

@@ -27,6 +27,10 @@ constexpr int64_t kMxfp4GemmMinTokens = 9;
 // the K3 experts' 3072, and fits in the 2 MiB L2 next to oneDNN's packed copy.
 constexpr size_t kWorkspaceBytes = size_t{1} << 20;
 constexpr int64_t kMaxTileRows = 256;
+// The MXINT8 GEMV: weights requested this far ahead (its own kernel's distance), and rows taken in
+// tiles of this many bytes, which stay in L2 while passes of tokens read them.
+constexpr int64_t kMxint8PrefetchBytes = 16384;
+constexpr int64_t kMxint8TileBytes = 256 * 1024;
 
 }  // namespace
 
@@ -34,8 +38,13 @@ bool mxfp4_amx_available() {
   return cpu_features().amx_bf16;
 }
 
+bool mxfp4_mxint8_vnni_available() {
+  return cpu_features().avx512 && cpu_features().avx512_vnni;
+}
+
 Result<Mxfp4Linear> Mxfp4Linear::create(const TensorView& weight_packed,
-                                        const TensorView& weight_scale) {
+                                        const TensorView& weight_scale,
+                                        Mxfp4Activations activations) {
   DZ_RETURN_IF_ERROR(detail::check_matrix(weight_packed, "MXFP4 weight_packed"));
   DZ_RETURN_IF_ERROR(detail::check_matrix(weight_scale, "MXFP4 weight_scale"));
   if (weight_packed.dtype() != DType::kU8)
@@ -93,9 +102,23 @@ Result<Mxfp4Linear> Mxfp4Linear::create(const TensorView& weight_packed,
                   num_low_blocks);
 
   const CpuFeatures& cpu = cpu_features();
-  result.kernels_ = mxfp4_amx_available()           ? Kernels::kAmx
-                    : cpu.avx512 && cpu.avx512_bf16 ? Kernels::kAvx512Bf16
-                                                    : Kernels::kReference;
+  if (activations == Mxfp4Activations::kMxint8)
+    result.kernels_ =
+        mxfp4_mxint8_vnni_available() ? Kernels::kMxint8Vnni : Kernels::kMxint8Reference;
+  else
+    result.kernels_ = mxfp4_amx_available()           ? Kernels::kAmx
+                      : cpu.avx512 && cpu.avx512_bf16 ? Kernels::kAvx512Bf16
+                                                      : Kernels::kReference;
+  if (result.kernels_ == Kernels::kMxint8Vnni) {
+    const int64_t vnni_row_bytes = detail::mxint8_num_groups(in) * detail::kMxint8GroupWeightBytes;
+    result.packed_ = AlignedBuffer(static_cast<size_t>(out * vnni_row_bytes));
+    result.scales_ = AlignedBuffer(scales.size());
+    auto* to = reinterpret_cast<uint8_t*>(result.packed_.data());
+    for (int64_t i = 0; i < out; ++i)
+      detail::mxfp4_vnni_repack_row(codes_of_row(i), in, to + i * vnni_row_bytes);
+    std::memcpy(result.scales_.data(), scales.data(), scales.size());
+    return result;
+  }
   if (result.kernels_ != Kernels::kAmx) {
     result.packed_ = AlignedBuffer(static_cast<size_t>(out * row_bytes));
     result.scales_ = AlignedBuffer(scales.size());
@@ -154,7 +177,12 @@ int64_t Mxfp4Linear::tile_rows() const {
 void Mxfp4Linear::forward(const ExecContext& ctx, const float* x, int64_t num_tokens,
                           float* y) const {
   detail::OmpThreads threads(ctx.num_threads);
-  if (kernels_ == Kernels::kAmx)
+  if (kernels_ == Kernels::kMxint8Vnni)
+    forward_mxint8(ctx, x, num_tokens, y);
+  else if (kernels_ == Kernels::kMxint8Reference)
+    linear_mxfp4_mxint8_ref(packed_data(), scale_data(), out_features_, in_features_, x, num_tokens,
+                            y);
+  else if (kernels_ == Kernels::kAmx)
     forward_amx(ctx, x, num_tokens, y);
   else if (kernels_ == Kernels::kReference)
     linear_mxfp4_ref(packed_data(), scale_data(), out_features_, in_features_, x, num_tokens, y);
@@ -184,6 +212,36 @@ void Mxfp4Linear::forward_gemv(const ExecContext& ctx, const float* x, int64_t n
                                      x_packed + t * x_elems, count, y + t * out_features_,
                                      out_features_, row_begin, row_end);
     });
+  });
+}
+
+void Mxfp4Linear::forward_mxint8(const ExecContext& ctx, const float* x, int64_t num_tokens,
+                                 float* y) const {
+  const int64_t x_bytes = detail::mxint8_x_bytes(in_features_);
+  std::byte* x_packed = detail::ensure(detail::activation_scratch().mxint8,
+                                       static_cast<size_t>(num_tokens * x_bytes));
+  // Packing a token costs about as much as a few rows of one token's products.
+  parallel_for(ctx, num_tokens, grain_for_work(4 * in_features_, kMinParallelFlops),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t t = begin; t < end; ++t)
+                   detail::mxint8_pack_x_avx512(x + t * in_features_, in_features_,
+                                                x_packed + t * x_bytes);
+               });
+  const int64_t row_bytes =
+      detail::mxint8_num_groups(in_features_) * detail::kMxint8GroupWeightBytes;
+  const int64_t tokens_per_pass =
+      detail::gemv_tokens_per_pass(x_bytes, kMxint8PrefetchBytes, detail::kMxint8GemvMaxTokens);
+  // Rows of a tile stay in L2 while every token pass reads them.
+  const int64_t tile_rows = std::max<int64_t>(1, kMxint8TileBytes / row_bytes);
+  const int64_t threads = std::max(ctx.num_threads, 1);
+  const int64_t grain = std::max<int64_t>(4, (out_features_ + threads - 1) / threads);
+  parallel_for(ctx, out_features_, grain, [&](int64_t row_begin, int64_t row_end) {
+    for (int64_t tile = row_begin; tile < row_end; tile += tile_rows)
+      detail::for_each_token_pass(num_tokens, tokens_per_pass, [&](int64_t t, int64_t count) {
+        detail::mxfp4_mxint8_gemv_rows_avx512(
+            packed_data(), scale_data(), in_features_, x_packed + t * x_bytes, count,
+            y + t * out_features_, out_features_, tile, std::min(row_end, tile + tile_rows));
+      });
   });
 }
 
@@ -260,6 +318,23 @@ void Mxfp4Linear::forward_tiles(const ExecContext& ctx, const float* x, int64_t 
 
 void Mxfp4Linear::dequantize(float* out) const {
   const int64_t num_elems = out_features_ * in_features_;
+  if (kernels_ == Kernels::kMxint8Vnni) {
+    const int64_t row_bytes =
+        detail::mxint8_num_groups(in_features_) * detail::kMxint8GroupWeightBytes;
+    for (int64_t i = 0; i < out_features_; ++i)
+      for (int64_t j = 0; j < in_features_; ++j) {
+        // linear_kernels.h's layout: element 32b + 4v + k of a group is byte 4b + k of vector v.
+        const int64_t group = j / detail::kMxint8GroupElems, r = j % detail::kMxint8GroupElems;
+        const int64_t v = (r % 32) / 4;
+        const uint8_t byte = packed_data()[i * row_bytes + group * detail::kMxint8GroupWeightBytes +
+                                           64 * (v / 2) + 4 * (r / 32) + r % 4];
+        const int code = v % 2 == 0 ? byte & 0xF : byte >> 4;
+        out[i * in_features_ + j] =
+            formats::kE2m1Values[static_cast<size_t>(code)] *
+            formats::kE8m0Values[scale_data()[i * (in_features_ / 32) + j / 32]];
+      }
+    return;
+  }
   if (kernels_ == Kernels::kAmx) {
     for (int64_t i = 0; i < out_features_; ++i)
       for (int64_t j = 0; j < in_features_; ++j) {
@@ -276,5 +351,21 @@ void Mxfp4Linear::dequantize(float* out) const {
       std::span<const uint8_t>(scale_data(), static_cast<size_t>(num_elems / 32)), out_features_,
       in_features_, std::span<float>(out, static_cast<size_t>(num_elems)));
 }
+
+namespace detail {
+
+void mxfp4_vnni_repack_row(const uint8_t* packed_row, int64_t in, uint8_t* out) {
+  const int64_t groups = mxint8_num_groups(in);
+  std::memset(out, 0, static_cast<size_t>(groups * kMxint8GroupWeightBytes));
+  for (int64_t j = 0; j < in; ++j) {
+    const int code = j % 2 == 0 ? packed_row[j / 2] & 0xF : packed_row[j / 2] >> 4;
+    const int64_t group = j / kMxint8GroupElems, r = j % kMxint8GroupElems;
+    const int64_t v = (r % 32) / 4;
+    uint8_t& byte = out[group * kMxint8GroupWeightBytes + 64 * (v / 2) + 4 * (r / 32) + r % 4];
+    byte = static_cast<uint8_t>(byte | (v % 2 == 0 ? code : code << 4));
+  }
+}
+
+}  // namespace detail
 
 }  // namespace dz::kernels

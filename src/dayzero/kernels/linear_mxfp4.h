@@ -14,6 +14,11 @@
 //   rows hold scale codes 0 or 1 with nonzero elements: BF16 subnormals, which the BF16 GEMM may
 //   flush) and multiplied by oneDNN.
 // - No AVX-512 with BF16: linear_mxfp4_ref.
+// With MXINT8 activations (Mxfp4Activations::kMxint8, an opt-in mode: docs/decisions.md), every
+// token count runs one kernel, so a token gets the same bits in decode, verification and prefill:
+// - AVX-512 VNNI (AMX machines too): the VPDPBUSD GEMV of linear_mxfp4_mxint8_avx512.cpp over the
+//   codes in its own layout (linear_kernels.h), in row tiles that stay in L2 across token passes.
+// - Otherwise: linear_mxfp4_mxint8_ref, which gives the same bits.
 
 #include <cstddef>
 #include <cstdint>
@@ -23,12 +28,15 @@
 #include "dayzero/core/parallel.h"
 #include "dayzero/core/status.h"
 #include "dayzero/core/tensor_view.h"
+#include "dayzero/kernels/linear.h"
 #include "dayzero/kernels/linear_onednn.h"
 
 namespace dz::kernels {
 
 // Whether MXFP4 weights load into the AMX tile layout and run the AMX kernels.
 bool mxfp4_amx_available();
+// Whether MXFP4 weights with MXINT8 activations run the VPDPBUSD GEMV (else the reference).
+bool mxfp4_mxint8_vnni_available();
 
 class Mxfp4Linear {
  public:
@@ -36,8 +44,8 @@ class Mxfp4Linear {
   // high one; E2M1 with the sign in bit 3), weight_scale U8 or F8_E8M0 [out, in/32]:
   // W[i, j] = e2m1 · 2^(scale − 127). in % 32 == 0. Refuses scale code 0xFF (NaN), naming the
   // first offending index.
-  static Result<Mxfp4Linear> create(const TensorView& weight_packed,
-                                    const TensorView& weight_scale);
+  static Result<Mxfp4Linear> create(const TensorView& weight_packed, const TensorView& weight_scale,
+                                    Mxfp4Activations activations);
   // The per-thread tile buffer many-token forwards dequantize into (fixed, allocated once per
   // thread on first use).
   static size_t workspace_bytes_per_thread();
@@ -54,9 +62,11 @@ class Mxfp4Linear {
  private:
   // The kernels this weight runs, chosen at load from the CPU's features.
   enum class Kernels {
-    kReference,   // no AVX-512 with BF16
-    kAvx512Bf16,  // the GEMV and the tiles of linear_mxfp4_avx512.cpp
-    kAmx,         // linear_mxfp4_amx_avx512.cpp, codes and scales in the AMX tile layout
+    kReference,        // no AVX-512 with BF16
+    kAvx512Bf16,       // the GEMV and the tiles of linear_mxfp4_avx512.cpp
+    kAmx,              // linear_mxfp4_amx_avx512.cpp, codes and scales in the AMX tile layout
+    kMxint8Reference,  // MXINT8 activations without AVX-512 VNNI: linear_mxfp4_mxint8_ref
+    kMxint8Vnni,       // MXINT8 activations: linear_mxfp4_mxint8_avx512.cpp, codes repacked
   };
 
   Mxfp4Linear() = default;
@@ -65,12 +75,14 @@ class Mxfp4Linear {
   void forward_gemv(const ExecContext& ctx, const float* x, int64_t num_tokens, float* y) const;
   void forward_tiles(const ExecContext& ctx, const float* x, int64_t num_tokens, float* y) const;
   void forward_amx(const ExecContext& ctx, const float* x, int64_t num_tokens, float* y) const;
+  void forward_mxint8(const ExecContext& ctx, const float* x, int64_t num_tokens, float* y) const;
   const uint8_t* packed_data() const { return reinterpret_cast<const uint8_t*>(packed_.data()); }
   const uint8_t* scale_data() const { return reinterpret_cast<const uint8_t*>(scales_.data()); }
 
   int64_t out_features_ = 0;
   int64_t in_features_ = 0;
-  AlignedBuffer packed_;  // [out, in/2] nibbles, or the AMX tile layout (kAmx)
+  // [out, in/2] nibbles, or the AMX tile layout (kAmx), or the VNNI one (kMxint8Vnni)
+  AlignedBuffer packed_;
   AlignedBuffer scales_;  // [out, in/32] E8M0 codes, no 0xFF, or the AMX tile layout (kAmx)
   // Per row: whether a block with scale code 0 or 1 has a nonzero element (its values are BF16
   // subnormals: such rows go through FP32 tiles).

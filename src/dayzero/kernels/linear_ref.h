@@ -3,7 +3,7 @@
 // the test oracle and the portable fallback, also for weights the fast kernels do not take. Each
 // output is one FP32 dot product in column order over BF16-rounded activations and the exact FP32
 // weight values, so forward() variants are checked against them with a tolerance, never for bit
-// equality.
+// equality (but for the MXINT8 one).
 
 #include <cstdint>
 
@@ -24,5 +24,11 @@ void linear_fp8_block_ref(const uint8_t* codes, const float* scale_inv,
 // [out, in/2] (element 2b in the low nibble of byte b), scales [out, in/32] E8M0, in % 32 == 0.
 void linear_mxfp4_ref(const uint8_t* packed, const uint8_t* scales, int64_t out_features,
                       int64_t in_features, const float* x, int64_t num_tokens, float* y);
+
+// The same weights with MXINT8 activations (formats/mxint8.h): x quantized per block of 32, the
+// integer block products scaled and summed in the order linear_kernels.h states for the VNNI
+// kernel, which gives the same bits (unlike the other references here, this one is exact).
+void linear_mxfp4_mxint8_ref(const uint8_t* packed, const uint8_t* scales, int64_t out_features,
+                             int64_t in_features, const float* x, int64_t num_tokens, float* y);
 
 }  // namespace dz::kernels

@@ -13,6 +13,7 @@
 #include "dayzero/core/parallel.h"
 #include "dayzero/core/status.h"
 #include "dayzero/dist/comm.h"
+#include "dayzero/kernels/linear.h"
 #include "dayzero/kernels/paged_cache.h"
 #include "dayzero/model/context_parallel.h"
 #include "dayzero/model/forward_batch.h"
@@ -27,6 +28,8 @@ class VisionEncoder;
 struct ModelOptions {
   // MLA latent cache storage; nullopt: the recipe's default (deepseek_v32 fp8, Kimi bf16).
   std::optional<kernels::KvCacheDtype> kv_cache_dtype;
+  // What MXFP4 weights multiply: BF16 activations, or MXINT8 (an opt-in, docs/decisions.md).
+  kernels::Mxfp4Activations mxfp4_activations = kernels::Mxfp4Activations::kBf16;
   // Multi-rank (docs/parallel.md): this rank's place in the plan and the communicator over the
   // plan's ranks; one process when comm is null.
   ParallelPlan plan = {};

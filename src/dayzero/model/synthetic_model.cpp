@@ -315,9 +315,9 @@ class Builder {
     }
     const int exponent = static_cast<int>(std::lround(std::log2(stddev / 1.1f)));
     std::vector<uint8_t> scales(static_cast<size_t>(out * in / 32), formats::encode_e8m0(exponent));
-    Result<LinearWeight> w =
-        LinearWeight::from_mxfp4(TensorView(packed.data(), DType::kU8, Shape{out, in / 2}),
-                                 TensorView(scales.data(), DType::kU8, Shape{out, in / 32}));
+    Result<LinearWeight> w = LinearWeight::from_mxfp4(
+        TensorView(packed.data(), DType::kU8, Shape{out, in / 2}),
+        TensorView(scales.data(), DType::kU8, Shape{out, in / 32}), config_.mxfp4_activations);
     DZ_CHECK(w.ok(), "{}", w.status().message());
     return std::move(w).value();
   }

@@ -68,6 +68,8 @@ struct SyntheticModelConfig {
   SyntheticFormat weight_format = SyntheticFormat::kBf16;  // attention, dense, shared, lm_head
   SyntheticFormat expert_format = SyntheticFormat::kBf16;  // routed experts
   kernels::KvCacheDtype kv_cache_dtype = kernels::KvCacheDtype::kBf16;
+  // What the MXFP4 weights multiply (not in the JSON: the bench command's --mxfp4-activations).
+  kernels::Mxfp4Activations mxfp4_activations = kernels::Mxfp4Activations::kBf16;
   uint64_t seed = 1;
 
   SyntheticMixer mixer(int64_t layer) const {

@@ -109,8 +109,9 @@ bool Embedding::same_bytes(const Embedding& other) const {
 }
 
 WeightLoader::WeightLoader(const formats::Checkpoint& checkpoint,
-                           const formats::QuantizationConfig& quant)
-    : checkpoint_(checkpoint) {
+                           const formats::QuantizationConfig& quant,
+                           kernels::Mxfp4Activations mxfp4_activations)
+    : checkpoint_(checkpoint), mxfp4_activations_(mxfp4_activations) {
   if (quant.method == formats::QuantMethod::kFp8Block && quant.block_rows > 0 &&
       quant.block_cols > 0) {
     fp8_block_rows_ = quant.block_rows;
@@ -169,7 +170,8 @@ Result<kernels::LinearWeight> WeightLoader::mxfp4_linear(const std::string& modu
     scale_view =
         copy_slice(scale_view, slice.axis, begin / per_scale, end / per_scale, scale_slice);
   }
-  Result<kernels::LinearWeight> linear = kernels::LinearWeight::from_mxfp4(packed_view, scale_view);
+  Result<kernels::LinearWeight> linear =
+      kernels::LinearWeight::from_mxfp4(packed_view, scale_view, mxfp4_activations_);
   if (!linear.ok()) return linear.status().with_context(fmt::format("tensor \"{}\"", packed_name));
   return linear;
 }

@@ -62,7 +62,9 @@ class Embedding {
 class WeightLoader {
  public:
   // `checkpoint` must outlive the loader and every Embedding it returns.
-  WeightLoader(const formats::Checkpoint& checkpoint, const formats::QuantizationConfig& quant);
+  // MXFP4 weights multiply `mxfp4_activations` (kernels/linear.h).
+  WeightLoader(const formats::Checkpoint& checkpoint, const formats::QuantizationConfig& quant,
+               kernels::Mxfp4Activations mxfp4_activations = kernels::Mxfp4Activations::kBf16);
 
   // `<module>.weight`: FP8 block-scaled when it is F8_E4M3 and `<module>.weight_scale_inv` exists
   // (block size from quantization_config, 128×128 when the config has none), plain float otherwise.
@@ -94,6 +96,7 @@ class WeightLoader {
   int64_t fp8_block_rows_ = 128;
   int64_t fp8_block_cols_ = 128;
   bool mxfp4_packed_ = false;  // the config is compressed-tensors MXFP4
+  kernels::Mxfp4Activations mxfp4_activations_ = kernels::Mxfp4Activations::kBf16;
 };
 
 // The TensorVisitor that loads: a recipe's walk over its blocks fills their weights from the

@@ -137,7 +137,7 @@ Result<std::unique_ptr<CausalLm>> load_deepseek_v32_model(
     const DeepseekV32Config& config, const std::string& prefix,
     std::unique_ptr<formats::Checkpoint> checkpoint, const ModelOptions& options) {
   const RankShard shard = RankShard::of(options.plan, options.rank);
-  WeightLoader loader(*checkpoint, config.quantization_config);
+  WeightLoader loader(*checkpoint, config.quantization_config, options.mxfp4_activations);
   WeightReader reader(loader, shard);
   DeepseekV32Weights w;
   const int64_t mtp_layers = std::min<int64_t>(config.num_nextn_predict_layers, 1);

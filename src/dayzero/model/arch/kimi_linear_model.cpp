@@ -171,7 +171,7 @@ Result<std::unique_ptr<CausalLm>> load_kimi_linear_model(
                       "kv_lora_rank is {}; use bf16",
                       config.kv_lora_rank);
   const RankShard shard = RankShard::of(options.plan, options.rank);
-  WeightLoader loader(*checkpoint, config.quantization_config);
+  WeightLoader loader(*checkpoint, config.quantization_config, options.mxfp4_activations);
   WeightReader reader(loader, shard);
   KimiWeights w;
   visit_kimi_linear(reader, config, prefix, w);
