@@ -43,11 +43,25 @@ void accumulate_rows_generic(const float* p, const float* rows, int64_t row_stri
   }
 }
 
+void dot_rows_x4_generic(const float* const x[4], const float* rows, int64_t row_stride,
+                         int64_t num_rows, int64_t dim, float* const out[4]) {
+  for (int q = 0; q < 4; ++q) dot_rows_generic(x[q], rows, row_stride, num_rows, dim, out[q]);
+}
+
+void accumulate_rows_x4_generic(const float* const p[4], const float* rows, int64_t row_stride,
+                                int64_t num_rows, int64_t dim, float* const acc[4]) {
+  for (int q = 0; q < 4; ++q)
+    accumulate_rows_generic(p[q], rows, row_stride, num_rows, dim, acc[q]);
+}
+
 }  // namespace
 
 MlaVecOps mla_vec_ops_generic() {
-  return {
-      .name = "generic", .dot_rows = dot_rows_generic, .accumulate_rows = accumulate_rows_generic};
+  return {.name = "generic",
+          .dot_rows = dot_rows_generic,
+          .accumulate_rows = accumulate_rows_generic,
+          .dot_rows_x4 = dot_rows_x4_generic,
+          .accumulate_rows_x4 = accumulate_rows_x4_generic};
 }
 
 const MlaVecOps& mla_vec_ops() {
@@ -92,12 +106,16 @@ int64_t max_splits_per_query(const ExecContext& ctx, int64_t num_queries) {
                            (ctx.num_threads + num_queries - 1) / std::max<int64_t>(num_queries, 1));
 }
 
-// One online-softmax step for one head: scores [n] (already scaled, −inf = masked) against rows.
-void online_softmax_step(const detail::MlaVecOps& ops, float* scores, int64_t n, const float* rows,
-                         int64_t row_stride, int64_t dim, float& m, float& l, float* acc) {
+// The first half of an online-softmax step for one head: scores [n] (already scaled, −inf =
+// masked) become the tile's weights e^(s − m_new) (all 0 when every key is masked), and m, l and
+// acc [dim] are brought to the new maximum. Returns whether any key was allowed.
+bool online_softmax_weights(float* scores, int64_t n, float& m, float& l, float* acc, int64_t dim) {
   float tile_max = kNegInf;
   for (int64_t k = 0; k < n; ++k) tile_max = std::max(tile_max, scores[k]);
-  if (tile_max == kNegInf) return;
+  if (tile_max == kNegInf) {
+    std::fill_n(scores, n, 0.0f);
+    return false;
+  }
   const float m_new = std::max(m, tile_max);
   const float correction = std::exp(m - m_new);  // 0 on the first tile (m = −inf)
   if (correction != 1.0f)
@@ -106,7 +124,20 @@ void online_softmax_step(const detail::MlaVecOps& ops, float* scores, int64_t n,
   for (int64_t k = 0; k < n; ++k) sum += (scores[k] = std::exp(scores[k] - m_new));
   l = l * correction + sum;
   m = m_new;
-  ops.accumulate_rows(scores, rows, row_stride, n, dim, acc);
+  return true;
+}
+
+// One online-softmax step for one head: scores [n] (already scaled, −inf = masked) against rows.
+void online_softmax_step(const detail::MlaVecOps& ops, float* scores, int64_t n, const float* rows,
+                         int64_t row_stride, int64_t dim, float& m, float& l, float* acc) {
+  if (online_softmax_weights(scores, n, m, l, acc, dim))
+    ops.accumulate_rows(scores, rows, row_stride, n, dim, acc);
+}
+
+// Per thread in the prefill form: scores, rope scores and allowed flags of a group of four
+// queries, and one d_v row the repeats of a short group accumulate into (never read).
+int64_t prefill_thread_floats(int64_t v_dim) {
+  return 4 * 3 * kKeyBlock + v_dim;
 }
 
 // The FP32 split (mla_attention_vec.h): each head's own pass over every tile of records.
@@ -308,7 +339,7 @@ size_t mla_prefill_workspace_bytes(const ExecContext& ctx, const MlaCacheLayout&
          align64(static_cast<size_t>(kKeyBlock * width) * 4) +                      // records
          align64(static_cast<size_t>(kKeyBlock * layout.latent_dim) * 4) +          // latents
          align64(static_cast<size_t>(num_heads * kKeyBlock * (nope_dim + v_dim)) * 4) +
-         static_cast<size_t>(num_threads) * align64(static_cast<size_t>(3 * kKeyBlock) * 4);
+         align64(static_cast<size_t>(num_threads * prefill_thread_floats(v_dim)) * 4);
 }
 
 void mla_attention_prefill(const ExecContext& ctx, const MlaCacheView& cache,
@@ -330,7 +361,7 @@ void mla_attention_prefill(const ExecContext& ctx, const MlaCacheView& cache,
   float* latents = carver.take<float>(kKeyBlock * r_kv);            // c_kv of each record
   float* k_nope = carver.take<float>(kKeyBlock * num_heads * d_n);  // [kKeyBlock, H, d_n]
   float* values = carver.take<float>(kKeyBlock * num_heads * d_v);  // [kKeyBlock, H, d_v]
-  float* thread_scratch = carver.take<float>(num_threads * 3 * kKeyBlock);
+  float* thread_scratch = carver.take<float>(num_threads * prefill_thread_floats(d_v));
 
   // Key range [0, key_end); each query's selection sorted ascending with −1 dropped, so that a
   // key block meets a contiguous run of it.
@@ -375,40 +406,77 @@ void mla_attention_prefill(const ExecContext& ctx, const MlaCacheView& cache,
     std::fill(latents + block_keys * r_kv, latents + kKeyBlock * r_kv, 0.0f);
     up_project(ctx, latents, args.w_uk, r_kv, num_heads * d_n, k_nope);
     up_project(ctx, latents, args.w_uv, r_kv, num_heads * d_v, values);
-    parallel_for(ctx, num_queries, 1, [&](int64_t q_begin, int64_t q_end) {
+    // Queries in groups of four share each key and value row read (ops.*_x4); a query's numbers
+    // do not depend on its group. The group's keys run to its longest query's; the others' extra
+    // scores are never used and their probabilities there are 0 (acc + 0 · v = acc).
+    parallel_for(ctx, num_queries, 4, [&](int64_t q_begin, int64_t q_end) {
       const int64_t thread = omp_in_parallel() ? omp_get_thread_num() : 0;
-      float* scores = thread_scratch + thread * 3 * kKeyBlock;
-      float* rope_scores = scores + kKeyBlock;
-      float* allowed = rope_scores + kKeyBlock;  // 1 allowed, 0 not
+      float* scratch = thread_scratch + thread * prefill_thread_floats(d_v);
+      float* scores[4];
+      float* rope_scores[4];
+      float* allowed[4];  // 1 allowed, 0 not
+      for (int g = 0; g < 4; ++g) {
+        scores[g] = scratch + g * 3 * kKeyBlock;
+        rope_scores[g] = scores[g] + kKeyBlock;
+        allowed[g] = rope_scores[g] + kKeyBlock;
+      }
+      int64_t group[4], group_keys[4];
+      int group_size = 0;
+      const auto run_group = [&] {
+        int64_t max_keys = 0;
+        for (int g = 0; g < group_size; ++g) max_keys = std::max(max_keys, group_keys[g]);
+        const float* q_nope[4];
+        const float* q_pe[4];
+        const float* probabilities[4];
+        float* acc[4];
+        for (int64_t h = 0; h < num_heads; ++h) {
+          for (int g = 0; g < 4; ++g) {  // a short group repeats its first query
+            const int64_t i = group[g < group_size ? g : 0];
+            q_nope[g] = args.q_nope + i * args.q_token_stride + h * args.q_head_stride;
+            q_pe[g] = args.q_pe + i * args.q_token_stride + h * args.q_head_stride;
+          }
+          ops.dot_rows_x4(q_nope, k_nope + h * d_n, num_heads * d_n, max_keys, d_n, scores);
+          ops.dot_rows_x4(q_pe, records + r_kv, width, max_keys, d_r, rope_scores);
+          for (int g = 0; g < 4; ++g) {
+            float* st = state + group[g < group_size ? g : 0] * state_elems;
+            float* s = scores[g];
+            const int64_t n = g < group_size ? group_keys[g] : 0;
+            for (int64_t k = 0; k < n; ++k)
+              s[k] = allowed[g][k] != 0 ? (s[k] + rope_scores[g][k]) * args.softmax_scale : kNegInf;
+            if (n > 0)
+              online_softmax_weights(s, n, st[num_heads * d_v + h],
+                                     st[num_heads * d_v + num_heads + h], st + h * d_v, d_v);
+            std::fill(s + std::max<int64_t>(n, 0), s + max_keys, 0.0f);
+            probabilities[g] = s;
+            // The repeats of a short group accumulate into a scratch row nobody reads.
+            acc[g] = g < group_size ? st + h * d_v : scratch + 4 * 3 * kKeyBlock;
+          }
+          ops.accumulate_rows_x4(probabilities, values + h * d_v, num_heads * d_v, max_keys, d_v,
+                                 acc);
+        }
+        group_size = 0;
+      };
       for (int64_t i = q_begin; i < q_end; ++i) {
+        float* allow = allowed[group_size];
         int64_t num_keys = 0;  // keys [block_begin, block_begin + num_keys) cover the allowed ones
         if (sel_width == 0) {
           num_keys = std::min(block_end, int64_t{keys.positions[static_cast<size_t>(i)]} + 1) -
                      block_begin;
-          std::fill_n(allowed, std::max<int64_t>(num_keys, 0), 1.0f);
+          std::fill_n(allow, std::max<int64_t>(num_keys, 0), 1.0f);
         } else {
-          std::fill_n(allowed, block_keys, 0.0f);
+          std::fill_n(allow, block_keys, 0.0f);
           const int32_t* row = sorted + i * sel_width;
           for (int64_t& c = cursors[i]; c < sel_width && row[c] < block_end; ++c) {
-            allowed[row[c] - block_begin] = 1.0f;
+            allow[row[c] - block_begin] = 1.0f;
             num_keys = row[c] - block_begin + 1;
           }
         }
         if (num_keys <= 0) continue;
-        float* st = state + i * state_elems;
-        for (int64_t h = 0; h < num_heads; ++h) {
-          const float* q_nope = args.q_nope + i * args.q_token_stride + h * args.q_head_stride;
-          const float* q_pe = args.q_pe + i * args.q_token_stride + h * args.q_head_stride;
-          ops.dot_rows(q_nope, k_nope + h * d_n, num_heads * d_n, num_keys, d_n, scores);
-          ops.dot_rows(q_pe, records + r_kv, width, num_keys, d_r, rope_scores);
-          for (int64_t k = 0; k < num_keys; ++k)
-            scores[k] =
-                allowed[k] != 0 ? (scores[k] + rope_scores[k]) * args.softmax_scale : kNegInf;
-          online_softmax_step(ops, scores, num_keys, values + h * d_v, num_heads * d_v, d_v,
-                              st[num_heads * d_v + h], st[num_heads * d_v + num_heads + h],
-                              st + h * d_v);
-        }
+        group[group_size] = i;
+        group_keys[group_size] = num_keys;
+        if (++group_size == 4) run_group();
       }
+      if (group_size > 0) run_group();
     });
   }
 

@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include "dayzero/kernels/mla_attention_vec.h"
+#include "dayzero/kernels/unroll.h"
 
 namespace dz::kernels::detail {
 namespace {
@@ -76,10 +77,111 @@ void accumulate_rows_avx512(const float* p, const float* rows, int64_t row_strid
   }
 }
 
+// The sums of a[0..15], each added in _mm512_reduce_add_ps's order (lanes i + i+8, then i + i+4,
+// then 0 + 2 and 1 + 3, then those two), sixteen at once: lane 4q + k of the result is the sum of
+// a[4q + k]. The shuffles only pair lanes; every addition is one reduce_add makes.
+inline __m512 reduce16(const __m512 (&a)[16]) {
+  __m512 b[8], c[4], d[2];
+  DZ_UNROLL(8)
+  for (int m = 0; m < 8; ++m)  // blocks: [s1(a2m) lo, hi, s1(a2m+1) lo, hi], s1 = lo8 + hi8
+    b[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0x44),
+                         _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0xEE));
+  DZ_UNROLL(4)
+  for (int n = 0; n < 4; ++n)  // block j: s2(a4n+j) = s1 lo4 + hi4
+    c[n] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * n], b[2 * n + 1], 0x88),
+                         _mm512_shuffle_f32x4(b[2 * n], b[2 * n + 1], 0xDD));
+  DZ_UNROLL(2)
+  for (int p = 0; p < 2; ++p)  // block j: s2[0] + s2[2], s2[1] + s2[3] of a8p+j, then of a8p+4+j
+    d[p] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * p], c[2 * p + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(c[2 * p], c[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  // Block j: the sums of a[j], a[4 + j], a[8 + j], a[12 + j]; then lane 4q + k ← a[4q + k].
+  const __m512 e = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_permutexvar_ps(
+      _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), e);
+}
+
+// Four queries by four rows per step: 16 accumulators, each row and query chunk loaded once.
+void dot_rows_x4_avx512(const float* const x[4], const float* rows, int64_t row_stride,
+                        int64_t num_rows, int64_t dim, float* const out[4]) {
+  int64_t k = 0;
+  for (; k + 4 <= num_rows; k += 4) {
+    __m512 a[16];
+    DZ_UNROLL(16)
+    for (int i = 0; i < 16; ++i) a[i] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < dim; c += 16) {
+      const __mmask16 m = tail_mask(dim - c);
+      __m512 xv[4], rv[4];
+      DZ_UNROLL(4)
+      for (int q = 0; q < 4; ++q) xv[q] = _mm512_maskz_loadu_ps(m, x[q] + c);
+      DZ_UNROLL(4)
+      for (int j = 0; j < 4; ++j) rv[j] = _mm512_maskz_loadu_ps(m, rows + (k + j) * row_stride + c);
+      DZ_UNROLL(4)
+      for (int q = 0; q < 4; ++q) {
+        DZ_UNROLL(4)
+        for (int j = 0; j < 4; ++j) a[4 * q + j] = _mm512_fmadd_ps(xv[q], rv[j], a[4 * q + j]);
+      }
+    }
+    const __m512 sums = reduce16(a);
+    DZ_UNROLL(4)
+    for (int q = 0; q < 4; ++q) _mm_storeu_ps(out[q] + k, _mm512_extractf32x4_ps(sums, q));
+  }
+  if (k < num_rows)
+    for (int q = 0; q < 4; ++q)
+      dot_rows_avx512(x[q], rows + k * row_stride, row_stride, num_rows - k, dim, out[q] + k);
+}
+
+// Columns in chunks of 64 for four queries (16 accumulators), each row chunk loaded once; every
+// accumulator takes the rows in order, as accumulate_rows_avx512 does.
+void accumulate_rows_x4_avx512(const float* const p[4], const float* rows, int64_t row_stride,
+                               int64_t num_rows, int64_t dim, float* const acc[4]) {
+  constexpr int64_t kChunk = 64;
+  int64_t c0 = 0;
+  for (; c0 + kChunk <= dim; c0 += kChunk) {
+    __m512 a[4][4];
+    DZ_UNROLL(4)
+    for (int q = 0; q < 4; ++q) {
+      DZ_UNROLL(4)
+      for (int j = 0; j < 4; ++j) a[q][j] = _mm512_loadu_ps(acc[q] + c0 + 16 * j);
+    }
+    for (int64_t k = 0; k < num_rows; ++k) {
+      const float* r = rows + k * row_stride + c0;
+      __m512 rv[4];
+      DZ_UNROLL(4)
+      for (int j = 0; j < 4; ++j) rv[j] = _mm512_loadu_ps(r + 16 * j);
+      DZ_UNROLL(4)
+      for (int q = 0; q < 4; ++q) {
+        const __m512 pk = _mm512_set1_ps(p[q][k]);
+        DZ_UNROLL(4)
+        for (int j = 0; j < 4; ++j) a[q][j] = _mm512_fmadd_ps(pk, rv[j], a[q][j]);
+      }
+    }
+    DZ_UNROLL(4)
+    for (int q = 0; q < 4; ++q) {
+      DZ_UNROLL(4)
+      for (int j = 0; j < 4; ++j) _mm512_storeu_ps(acc[q] + c0 + 16 * j, a[q][j]);
+    }
+  }
+  for (int64_t c = c0; c < dim; c += 16) {
+    const __mmask16 m = tail_mask(dim - c);
+    for (int q = 0; q < 4; ++q) {
+      __m512 a = _mm512_maskz_loadu_ps(m, acc[q] + c);
+      for (int64_t k = 0; k < num_rows; ++k)
+        a = _mm512_fmadd_ps(_mm512_set1_ps(p[q][k]),
+                            _mm512_maskz_loadu_ps(m, rows + k * row_stride + c), a);
+      _mm512_mask_storeu_ps(acc[q] + c, m, a);
+    }
+  }
+}
+
 }  // namespace
 
 MlaVecOps mla_vec_ops_avx512() {
-  return {.name = "avx512", .dot_rows = dot_rows_avx512, .accumulate_rows = accumulate_rows_avx512};
+  return {.name = "avx512",
+          .dot_rows = dot_rows_avx512,
+          .accumulate_rows = accumulate_rows_avx512,
+          .dot_rows_x4 = dot_rows_x4_avx512,
+          .accumulate_rows_x4 = accumulate_rows_x4_avx512};
 }
 
 }  // namespace dz::kernels::detail

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -394,6 +395,54 @@ TEST(MlaAttentionVecOps, VariantsMatchFp64Loops) {
       }
     }
   }
+}
+
+// The four-query forms give each query exactly what the one-query forms give it (the prefill
+// attention groups queries by four; a query's result must not depend on its group).
+TEST(MlaAttentionVecOps, FourQueryFormsEqualTheOneQueryFormsBitForBit) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<detail::MlaVecOps> variants{detail::mla_vec_ops_generic()};
+  if (cpu_features().avx512) variants.push_back(detail::mla_vec_ops_avx512());
+  for (const auto& ops : variants)
+    for (int64_t dim : {1, 15, 16, 17, 64, 127, 128, 129, 192}) {
+      for (int64_t num_rows : {1, 3, 4, 5, 9, 64}) {
+        SCOPED_TRACE(::testing::Message() << ops.name << " dim " << dim << " rows " << num_rows);
+        const int64_t stride = dim + 3;
+        std::vector<float> rows(static_cast<size_t>(num_rows * stride));
+        std::vector<float> x(static_cast<size_t>(4 * dim)), p(static_cast<size_t>(4 * num_rows));
+        std::vector<float> acc(static_cast<size_t>(4 * dim));
+        for (auto* v : {&x, &rows, &p, &acc})
+          for (auto& e : *v) e = normal(rng);
+        std::vector<float> out4(static_cast<size_t>(4 * num_rows)), acc4 = acc;
+        const float* xs[4];
+        const float* ps[4];
+        float* outs[4];
+        float* accs[4];
+        for (int q = 0; q < 4; ++q) {
+          xs[q] = x.data() + q * dim;
+          ps[q] = p.data() + q * num_rows;
+          outs[q] = out4.data() + q * num_rows;
+          accs[q] = acc4.data() + q * dim;
+        }
+        ops.dot_rows_x4(xs, rows.data(), stride, num_rows, dim, outs);
+        ops.accumulate_rows_x4(ps, rows.data(), stride, num_rows, dim, accs);
+        for (int q = 0; q < 4; ++q) {
+          std::vector<float> out1(static_cast<size_t>(num_rows));
+          std::vector<float> acc1(acc.begin() + q * dim, acc.begin() + (q + 1) * dim);
+          ops.dot_rows(xs[q], rows.data(), stride, num_rows, dim, out1.data());
+          ops.accumulate_rows(ps[q], rows.data(), stride, num_rows, dim, acc1.data());
+          for (int64_t k = 0; k < num_rows; ++k)
+            ASSERT_EQ(std::bit_cast<uint32_t>(outs[q][k]), std::bit_cast<uint32_t>(out1[k]))
+                << "query " << q << " row " << k;
+          for (int64_t c = 0; c < dim; ++c)
+            ASSERT_EQ(std::bit_cast<uint32_t>(accs[q][c]), std::bit_cast<uint32_t>(acc1[c]))
+                << "query " << q << " column " << c;
+        }
+      }
+    }
 }
 
 TEST(MlaAttention, SelectingALaterPositionIsRefused) {

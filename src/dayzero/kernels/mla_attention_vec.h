@@ -18,6 +18,12 @@ struct MlaVecOps {
   // acc[c] += Σ_k p[k] · rows[k·row_stride + c] for c < dim.
   void (*accumulate_rows)(const float* p, const float* rows, int64_t row_stride, int64_t num_rows,
                           int64_t dim, float* acc);
+  // The same for four queries against the same rows (each row read once for the four), every
+  // output bit for bit what the one-query function gives.
+  void (*dot_rows_x4)(const float* const x[4], const float* rows, int64_t row_stride,
+                      int64_t num_rows, int64_t dim, float* const out[4]);
+  void (*accumulate_rows_x4)(const float* const p[4], const float* rows, int64_t row_stride,
+                             int64_t num_rows, int64_t dim, float* const acc[4]);
 };
 
 MlaVecOps mla_vec_ops_generic();
