@@ -8,6 +8,8 @@
 #endif
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "dayzero/kernels/mla_attention_vec.h"
 #include "dayzero/kernels/unroll.h"
 
@@ -122,9 +124,9 @@ void dot_rows_x4_avx512(const float* const x[4], const float* rows, int64_t row_
         for (int j = 0; j < 4; ++j) a[4 * q + j] = _mm512_fmadd_ps(xv[q], rv[j], a[4 * q + j]);
       }
     }
-    const __m512 sums = reduce16(a);
-    DZ_UNROLL(4)
-    for (int q = 0; q < 4; ++q) _mm_storeu_ps(out[q] + k, _mm512_extractf32x4_ps(sums, q));
+    alignas(64) float sums[16];
+    _mm512_store_ps(sums, reduce16(a));
+    for (int q = 0; q < 4; ++q) std::memcpy(out[q] + k, sums + 4 * q, 4 * sizeof(float));
   }
   if (k < num_rows)
     for (int q = 0; q < 4; ++q)

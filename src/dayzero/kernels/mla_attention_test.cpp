@@ -353,13 +353,19 @@ TEST(MlaAttentionAbsorbed, ReadsOnlySelectedRecords) {
   EXPECT_LT(rel_rms(o_lat, ref_lat), kFp32Tolerance);
 }
 
+// The generic inner loops, and the AVX-512 ones where this CPU runs them.
+std::vector<detail::MlaVecOps> vec_op_variants() {
+  std::vector<detail::MlaVecOps> variants{detail::mla_vec_ops_generic()};
+  if (cpu_features().avx512) variants.push_back(detail::mla_vec_ops_avx512());
+  return variants;
+}
+
 TEST(MlaAttentionVecOps, VariantsMatchFp64Loops) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<detail::MlaVecOps> variants{detail::mla_vec_ops_generic()};
-  if (cpu_features().avx512) variants.push_back(detail::mla_vec_ops_avx512());
+  const std::vector<detail::MlaVecOps> variants = vec_op_variants();
   for (const auto& ops : variants) {
     for (int64_t dim : {1, 15, 16, 17, 64, 127, 128, 129, 576}) {
       for (int64_t num_rows : {1, 3, 4, 5, 9}) {
@@ -404,8 +410,7 @@ TEST(MlaAttentionVecOps, FourQueryFormsEqualTheOneQueryFormsBitForBit) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<detail::MlaVecOps> variants{detail::mla_vec_ops_generic()};
-  if (cpu_features().avx512) variants.push_back(detail::mla_vec_ops_avx512());
+  const std::vector<detail::MlaVecOps> variants = vec_op_variants();
   for (const auto& ops : variants)
     for (int64_t dim : {1, 15, 16, 17, 64, 127, 128, 129, 192}) {
       for (int64_t num_rows : {1, 3, 4, 5, 9, 64}) {
