@@ -9,8 +9,8 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-// VNNI only in this file: the other AVX-512 files also run on CPUs without it.
-#pragma GCC target("avx512vnni")
+// Compiled with -mavx512vnni on top of the AVX-512 flags (kernels/CMakeLists.txt), this file only:
+// the other AVX-512 files also run on CPUs without VNNI.
 
 #include <immintrin.h>
 
