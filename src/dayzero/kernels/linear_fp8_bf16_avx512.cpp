@@ -97,12 +97,12 @@ constexpr int64_t kGemmRows = 16;     // output rows per group: one accumulator 
 
 // One row group of the VDPBF16PS GEMM over every column block. Per block, the group's 16 rows are
 // decoded once into `decoded` (row m, chunk c of 32 words at m · block_words + 32c: the decoder's
-// a and b halves); then for each token tile the 16 accumulators (lanes: tokens) take one
-// VDPBF16PS per row and pair, the pair broadcast from the decoded row, and the block's sums are
-// scaled per row into `totals` [tile][row][token].
+// a and b halves) and transposed into `pairs_by_step` [pair][row]; then for each token tile the 16
+// accumulators (lanes: tokens) take one VDPBF16PS per row and pair, the pair broadcast, and the
+// block's sums are scaled per row into `totals` [tile][row][token].
 void gemm_group(const uint8_t* codes, const float* scale_inv, const formats::Fp8BlockShape& shape,
                 const uint16_t* xb, int64_t num_tokens, float* y, int64_t row0, uint16_t* decoded,
-                float* totals) {
+                int32_t* pairs_by_step, float* totals) {
   const E4m3Bf16Decoder decoder;
   const int64_t in = shape.num_cols, out = shape.num_rows;
   const int64_t num_blocks = shape.num_scale_cols(), block_cols = shape.block_cols;
@@ -136,8 +136,12 @@ void gemm_group(const uint8_t* codes, const float* scale_inv, const formats::Fp8
         _mm512_store_si512(decoded + m * block_words + 64 * p + 32, b);
       }
     }
-    const auto* pairs = reinterpret_cast<const int32_t*>(decoded);
+    // Pair q of the 16 rows made one 64-byte line: a step's 16 broadcasts then read one base
+    // address at fixed offsets (16 row pointers spilled registers in the loop below).
     const int64_t row_pairs = block_words / 2;
+    for (int64_t q = 0; q < row_pairs; q += 16)
+      transpose16(reinterpret_cast<const float*>(decoded) + q, row_pairs,
+                  reinterpret_cast<float*>(pairs_by_step) + 16 * q, 16);
     for (int64_t tile = 0; tile < num_tiles; ++tile) {
       const uint16_t* x = xb + (tile * num_chunks + kb * block_chunks) * kXTileWords;
       __m512 acc[kGemmRows];
@@ -145,10 +149,10 @@ void gemm_group(const uint8_t* codes, const float* scale_inv, const formats::Fp8
       for (int m = 0; m < kGemmRows; ++m) acc[m] = _mm512_setzero_ps();
       for (int64_t q = 0; q < chunks * 16; ++q) {
         const __m512i xq = _mm512_load_si512(x + 32 * q);
+        const int32_t* step_pairs = pairs_by_step + 16 * q;
 #pragma GCC unroll 16
         for (int m = 0; m < kGemmRows; ++m)
-          acc[m] = _mm512_dpbf16_ps(acc[m], as_bh(_mm512_set1_epi32(pairs[m * row_pairs + q])),
-                                    as_bh(xq));
+          acc[m] = _mm512_dpbf16_ps(acc[m], as_bh(_mm512_set1_epi32(step_pairs[m])), as_bh(xq));
       }
       float* t = totals + tile * kGemmRows * 16;
 #pragma GCC unroll 16
@@ -212,13 +216,17 @@ void fp8_bf16_gemm_groups(const uint8_t* codes, const float* scale_inv,
                           const formats::Fp8BlockShape& shape, const uint16_t* xb,
                           int64_t num_tokens, float* y, int64_t group_begin, int64_t group_end) {
   thread_local AlignedBuffer decoded, totals;
+  // The group's decoded rows [16][block_cols] words, then the same pairs by step
+  // [block_cols/2][16].
+  const int64_t decoded_words = kGemmRows * shape.block_cols;
   auto* decoded_rows = reinterpret_cast<uint16_t*>(
-      ensure(decoded, static_cast<size_t>(kGemmRows * shape.block_cols) * sizeof(uint16_t)));
+      ensure(decoded, static_cast<size_t>(2 * decoded_words) * sizeof(uint16_t)));
+  auto* pairs_by_step = reinterpret_cast<int32_t*>(decoded_rows + decoded_words);
   auto* total_tiles = reinterpret_cast<float*>(
       ensure(totals, static_cast<size_t>((num_tokens + 15) / 16 * kGemmRows * 16) * sizeof(float)));
   for (int64_t group = group_begin; group < group_end; ++group)
     gemm_group(codes, scale_inv, shape, xb, num_tokens, y, group * kGemmRows, decoded_rows,
-               total_tiles);
+               pairs_by_step, total_tiles);
 }
 
 void fp8_gemv_bf16_rows_avx512(const uint8_t* codes, const float* scale_inv,

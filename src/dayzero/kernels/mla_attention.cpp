@@ -16,8 +16,40 @@
 #include "dayzero/kernels/mla_attention_vec.h"
 
 namespace dz::kernels {
+namespace {
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+}  // namespace
+
 namespace detail {
 namespace {
+
+// The first half of an online-softmax step for one head: scores [n] (already scaled, −inf =
+// masked) become the tile's weights e^(s − m_new) (all 0 when every key is masked), and m, l and
+// acc [dim] are brought to the new maximum. Returns whether any key was allowed.
+bool online_softmax_weights(float* scores, int64_t n, float& m, float& l, float* acc, int64_t dim) {
+  float tile_max = kNegInf;
+  for (int64_t k = 0; k < n; ++k) tile_max = std::max(tile_max, scores[k]);
+  if (tile_max == kNegInf) {
+    std::fill_n(scores, n, 0.0f);
+    return false;
+  }
+  const float m_new = std::max(m, tile_max);
+  const float correction = std::exp(m - m_new);  // 0 on the first tile (m = −inf)
+  if (correction != 1.0f)
+    for (int64_t c = 0; c < dim; ++c) acc[c] *= correction;
+  float sum = 0;
+  for (int64_t k = 0; k < n; ++k) sum += (scores[k] = std::exp(scores[k] - m_new));
+  l = l * correction + sum;
+  m = m_new;
+  return true;
+}
+
+bool prefill_weights_generic(float* scores, const float* rope, const float* allowed, int64_t n,
+                             float scale, float& m, float& l, float* acc, int64_t dim) {
+  for (int64_t k = 0; k < n; ++k)
+    scores[k] = allowed[k] != 0 ? (scores[k] + rope[k]) * scale : kNegInf;
+  return online_softmax_weights(scores, n, m, l, acc, dim);
+}
 
 void dot_rows_generic(const float* x, const float* rows, int64_t row_stride, int64_t num_rows,
                       int64_t dim, float* out) {
@@ -61,7 +93,8 @@ MlaVecOps mla_vec_ops_generic() {
           .dot_rows = dot_rows_generic,
           .accumulate_rows = accumulate_rows_generic,
           .dot_rows_x4 = dot_rows_x4_generic,
-          .accumulate_rows_x4 = accumulate_rows_x4_generic};
+          .accumulate_rows_x4 = accumulate_rows_x4_generic,
+          .prefill_weights = prefill_weights_generic};
 }
 
 const MlaVecOps& mla_vec_ops() {
@@ -76,7 +109,6 @@ namespace {
 constexpr int64_t kKeyTile = 32;           // keys per tile in the absorbed form
 constexpr int64_t kMinKeysPerSplit = 128;  // a flash-decoding split is at least this many keys
 constexpr int64_t kKeyBlock = 64;          // keys up-projected together in the prefill form
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 size_t align64(size_t num_bytes) {
   return (num_bytes + 63) / 64 * 64;
@@ -106,31 +138,10 @@ int64_t max_splits_per_query(const ExecContext& ctx, int64_t num_queries) {
                            (ctx.num_threads + num_queries - 1) / std::max<int64_t>(num_queries, 1));
 }
 
-// The first half of an online-softmax step for one head: scores [n] (already scaled, −inf =
-// masked) become the tile's weights e^(s − m_new) (all 0 when every key is masked), and m, l and
-// acc [dim] are brought to the new maximum. Returns whether any key was allowed.
-bool online_softmax_weights(float* scores, int64_t n, float& m, float& l, float* acc, int64_t dim) {
-  float tile_max = kNegInf;
-  for (int64_t k = 0; k < n; ++k) tile_max = std::max(tile_max, scores[k]);
-  if (tile_max == kNegInf) {
-    std::fill_n(scores, n, 0.0f);
-    return false;
-  }
-  const float m_new = std::max(m, tile_max);
-  const float correction = std::exp(m - m_new);  // 0 on the first tile (m = −inf)
-  if (correction != 1.0f)
-    for (int64_t c = 0; c < dim; ++c) acc[c] *= correction;
-  float sum = 0;
-  for (int64_t k = 0; k < n; ++k) sum += (scores[k] = std::exp(scores[k] - m_new));
-  l = l * correction + sum;
-  m = m_new;
-  return true;
-}
-
 // One online-softmax step for one head: scores [n] (already scaled, −inf = masked) against rows.
 void online_softmax_step(const detail::MlaVecOps& ops, float* scores, int64_t n, const float* rows,
                          int64_t row_stride, int64_t dim, float& m, float& l, float* acc) {
-  if (online_softmax_weights(scores, n, m, l, acc, dim))
+  if (detail::online_softmax_weights(scores, n, m, l, acc, dim))
     ops.accumulate_rows(scores, rows, row_stride, n, dim, acc);
 }
 
@@ -408,8 +419,13 @@ void mla_attention_prefill(const ExecContext& ctx, const MlaCacheView& cache,
     up_project(ctx, latents, args.w_uv, r_kv, num_heads * d_v, values);
     // Queries in groups of four share each key and value row read (ops.*_x4); a query's numbers
     // do not depend on its group. The group's keys run to its longest query's; the others' extra
-    // scores are never used and their probabilities there are 0 (acc + 0 · v = acc).
-    parallel_for(ctx, num_queries, 4, [&](int64_t q_begin, int64_t q_end) {
+    // scores are never used and their probabilities there are 0 (acc + 0 · v = acc). Causal
+    // queries have more keys the later they come: chunks of four queries go to the workers in
+    // turn (worker w: chunks w, w + W, …), so every key block's work is split evenly; contiguous
+    // halves left the first thread waiting through the second half of a prompt's blocks.
+    const int64_t num_chunks = (num_queries + 3) / 4;
+    const int64_t num_workers = std::min(num_threads, num_chunks);
+    parallel_for(ctx, num_workers, 1, [&](int64_t worker_begin, int64_t worker_end) {
       const int64_t thread = omp_in_parallel() ? omp_get_thread_num() : 0;
       float* scratch = thread_scratch + thread * prefill_thread_floats(d_v);
       float* scores[4];
@@ -441,11 +457,10 @@ void mla_attention_prefill(const ExecContext& ctx, const MlaCacheView& cache,
             float* st = state + group[g < group_size ? g : 0] * state_elems;
             float* s = scores[g];
             const int64_t n = g < group_size ? group_keys[g] : 0;
-            for (int64_t k = 0; k < n; ++k)
-              s[k] = allowed[g][k] != 0 ? (s[k] + rope_scores[g][k]) * args.softmax_scale : kNegInf;
             if (n > 0)
-              online_softmax_weights(s, n, st[num_heads * d_v + h],
-                                     st[num_heads * d_v + num_heads + h], st + h * d_v, d_v);
+              ops.prefill_weights(s, rope_scores[g], allowed[g], n, args.softmax_scale,
+                                  st[num_heads * d_v + h], st[num_heads * d_v + num_heads + h],
+                                  st + h * d_v, d_v);
             std::fill(s + std::max<int64_t>(n, 0), s + max_keys, 0.0f);
             probabilities[g] = s;
             // The repeats of a short group accumulate into a scratch row nobody reads.
@@ -456,7 +471,7 @@ void mla_attention_prefill(const ExecContext& ctx, const MlaCacheView& cache,
         }
         group_size = 0;
       };
-      for (int64_t i = q_begin; i < q_end; ++i) {
+      const auto add_query = [&](int64_t i) {
         float* allow = allowed[group_size];
         int64_t num_keys = 0;  // keys [block_begin, block_begin + num_keys) cover the allowed ones
         if (sel_width == 0) {
@@ -471,11 +486,14 @@ void mla_attention_prefill(const ExecContext& ctx, const MlaCacheView& cache,
             num_keys = row[c] - block_begin + 1;
           }
         }
-        if (num_keys <= 0) continue;
+        if (num_keys <= 0) return;
         group[group_size] = i;
         group_keys[group_size] = num_keys;
         if (++group_size == 4) run_group();
-      }
+      };
+      for (int64_t worker = worker_begin; worker < worker_end; ++worker)
+        for (int64_t chunk = worker; chunk < num_chunks; chunk += num_workers)
+          for (int64_t i = 4 * chunk; i < std::min(4 * chunk + 4, num_queries); ++i) add_query(i);
       if (group_size > 0) run_group();
     });
   }

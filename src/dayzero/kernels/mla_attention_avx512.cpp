@@ -8,8 +8,11 @@
 #endif
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 
+#include "dayzero/kernels/exp_avx512.h"
 #include "dayzero/kernels/mla_attention_vec.h"
 #include "dayzero/kernels/unroll.h"
 
@@ -176,6 +179,55 @@ void accumulate_rows_x4_avx512(const float* const p[4], const float* rows, int64
   }
 }
 
+bool prefill_weights_avx512(float* scores, const float* rope, const float* allowed, int64_t n,
+                            float scale, float& m, float& l, float* acc, int64_t dim) {
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m512 vscale = _mm512_set1_ps(scale);
+  __m512 vmax = neg_inf;
+  for (int64_t k = 0; k < n; k += 16) {
+    const __mmask16 valid = tail_mask(n - k);
+    const __mmask16 kept = _mm512_mask_cmp_ps_mask(valid, _mm512_maskz_loadu_ps(valid, allowed + k),
+                                                   _mm512_setzero_ps(), _CMP_NEQ_UQ);
+    // (s + rope) · scale as two roundings, like the portable variant (no FMA).
+    const __m512 s = _mm512_mask_mul_ps(neg_inf, kept,
+                                        _mm512_add_ps(_mm512_maskz_loadu_ps(valid, scores + k),
+                                                      _mm512_maskz_loadu_ps(valid, rope + k)),
+                                        vscale);
+    _mm512_mask_storeu_ps(scores + k, valid, s);
+    vmax = _mm512_max_ps(vmax, s);
+  }
+  const float tile_max = _mm512_reduce_max_ps(vmax);
+  if (tile_max == -std::numeric_limits<float>::infinity()) {
+    for (int64_t k = 0; k < n; k += 16)
+      _mm512_mask_storeu_ps(scores + k, tail_mask(n - k), _mm512_setzero_ps());
+    return false;
+  }
+  const float m_new = m > tile_max ? m : tile_max;
+  const float correction = std::exp(m - m_new);  // 0 on the first tile (m = −inf)
+  if (correction != 1.0f) {
+    const __m512 c = _mm512_set1_ps(correction);
+    for (int64_t j = 0; j < dim; j += 16) {
+      const __mmask16 valid = tail_mask(dim - j);
+      _mm512_mask_storeu_ps(acc + j, valid,
+                            _mm512_mul_ps(_mm512_maskz_loadu_ps(valid, acc + j), c));
+    }
+  }
+  const __m512 shift = _mm512_set1_ps(m_new);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t k = 0; k < n; k += 16) {
+    const __mmask16 valid = tail_mask(n - k);
+    const __m512 s = _mm512_maskz_loadu_ps(valid, scores + k);
+    // A masked key's −inf gives exactly 0 (exp_ps clamps it to e^−104, under half the smallest
+    // subnormal); lanes past n add nothing.
+    const __m512 p = _mm512_maskz_mov_ps(valid, exp_ps(_mm512_sub_ps(s, shift)));
+    _mm512_mask_storeu_ps(scores + k, valid, p);
+    sum = _mm512_add_ps(sum, p);
+  }
+  l = l * correction + _mm512_reduce_add_ps(sum);
+  m = m_new;
+  return true;
+}
+
 }  // namespace
 
 MlaVecOps mla_vec_ops_avx512() {
@@ -183,7 +235,8 @@ MlaVecOps mla_vec_ops_avx512() {
           .dot_rows = dot_rows_avx512,
           .accumulate_rows = accumulate_rows_avx512,
           .dot_rows_x4 = dot_rows_x4_avx512,
-          .accumulate_rows_x4 = accumulate_rows_x4_avx512};
+          .accumulate_rows_x4 = accumulate_rows_x4_avx512,
+          .prefill_weights = prefill_weights_avx512};
 }
 
 }  // namespace dz::kernels::detail

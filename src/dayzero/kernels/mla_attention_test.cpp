@@ -403,6 +403,79 @@ TEST(MlaAttentionVecOps, VariantsMatchFp64Loops) {
   }
 }
 
+// The prefill form's softmax weights against FP64: masked keys weigh exactly 0, the maximum is
+// exact, each weight e^(s − m) is within its FP32 argument's rounding (|s − m|·2^-24) plus the
+// exp's own few ulps, and acc, l move to the new maximum.
+TEST(MlaAttentionVecOps, PrefillWeightsMatchFp64) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::bernoulli_distribution coin(0.7);
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (const auto& ops : vec_op_variants())
+    for (int64_t n : {1, 5, 16, 17, 64})
+      for (int64_t dim : {1, 17, 128})
+        for (int start :
+             {0, 1, 2, 3}) {  // first tile, a lower and a higher running max, none allowed
+          SCOPED_TRACE(::testing::Message()
+                       << ops.name << " n " << n << " dim " << dim << " start " << start);
+          std::vector<float> scores(static_cast<size_t>(n)), rope(scores.size());
+          std::vector<float> allowed(scores.size()), acc(static_cast<size_t>(dim));
+          for (auto* v : {&scores, &rope, &acc})
+            for (auto& e : *v) e = normal(rng);
+          for (auto& a : allowed) a = start == 3 ? 0.0f : (coin(rng) ? 1.0f : 0.0f);
+          if (start != 3) allowed[static_cast<size_t>(n / 2)] = 1.0f;
+          const float scale = 0.37f;
+          const float m0 = start == 0 ? kNegInf : (start == 1 ? -40.0f : 40.0f);
+          const float l0 = start == 0 ? 0.0f : 2.5f;
+          float m = m0, l = l0;
+          std::vector<float> weights = scores, acc_out = acc;
+          const bool any = ops.prefill_weights(weights.data(), rope.data(), allowed.data(), n,
+                                               scale, m, l, acc_out.data(), dim);
+          ASSERT_EQ(any, start != 3);
+          if (!any) {
+            for (float w : weights) ASSERT_EQ(w, 0.0f);
+            ASSERT_EQ(m, m0);
+            ASSERT_EQ(l, l0);
+            ASSERT_EQ(acc_out, acc);
+            continue;
+          }
+          std::vector<float> s(scores.size());
+          float tile_max = kNegInf;
+          for (int64_t k = 0; k < n; ++k) {
+            s[k] = allowed[k] != 0 ? (scores[k] + rope[k]) * scale : kNegInf;
+            tile_max = std::max(tile_max, s[k]);
+          }
+          const float m_new = std::max(m0, tile_max);
+          ASSERT_EQ(m, m_new);
+          double sum = 0, weight_error = 0;
+          for (int64_t k = 0; k < n; ++k) {
+            if (allowed[k] == 0) {
+              ASSERT_EQ(weights[k], 0.0f) << "key " << k;
+              continue;
+            }
+            const double gap = double{s[k]} - m_new, expected = std::exp(gap);
+            const double bound = (std::fabs(gap) + 4) * 0x1p-24 * expected + 1e-37;
+            sum += expected;
+            weight_error += bound;
+            ASSERT_NEAR(weights[k], expected, bound) << "key " << k;
+          }
+          const double correction = start == 0 ? 0.0 : std::exp(double{m0} - m_new);
+          // e^(m − m_new) from the FP32 difference, as each weight; then one rounding per product.
+          const double correction_error =
+              start == 0 ? 0.0 : (std::fabs(double{m0} - m_new) + 5) * 0x1p-24;
+          for (int64_t c = 0; c < dim; ++c)
+            ASSERT_NEAR(acc_out[c], acc[c] * correction,
+                        correction_error * std::fabs(acc[c] * correction));
+          const double l_expected = l0 * correction + sum;
+          // The weights' own errors, then n + 2 FP32 roundings of the sum and the rescaled l.
+          ASSERT_NEAR(l, l_expected,
+                      weight_error + correction_error * l0 * correction +
+                          static_cast<double>(n + 2) * 0x1p-24 * l_expected);
+        }
+}
+
 // The four-query forms give each query exactly what the one-query forms give it (the prefill
 // attention groups queries by four; a query's result must not depend on its group).
 TEST(MlaAttentionVecOps, FourQueryFormsEqualTheOneQueryFormsBitForBit) {

@@ -24,6 +24,13 @@ struct MlaVecOps {
                       int64_t num_rows, int64_t dim, float* const out[4]);
   void (*accumulate_rows_x4)(const float* const p[4], const float* rows, int64_t row_stride,
                              int64_t num_rows, int64_t dim, float* const acc[4]);
+  // The first half of an online-softmax step of the prefill form, one head of one query: scores
+  // [n] become s = (scores + rope) · scale where allowed ≠ 0 (−inf elsewhere), then the weights
+  // e^(s − m_new) (all 0 when no key is allowed); m, l and acc [dim] are brought to the new
+  // maximum m_new. Returns whether any key was allowed. The variants' exp and sum differ in
+  // rounding only (≈ 1 ulp per weight).
+  bool (*prefill_weights)(float* scores, const float* rope, const float* allowed, int64_t n,
+                          float scale, float& m, float& l, float* acc, int64_t dim);
 };
 
 MlaVecOps mla_vec_ops_generic();
