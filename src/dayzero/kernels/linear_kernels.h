@@ -195,6 +195,17 @@ inline int64_t mxint8_num_groups(int64_t in) {
 // are vector 2k, the high nibbles vector 2k + 1, and byte 4j + i of vector v holds element
 // 32j + 4v + i of the group (block j in dword lane j). A partial last group is padded with code 0.
 inline constexpr int64_t kMxint8GroupWeightBytes = kMxint8GroupElems / 2;
+// Where element `col` of a row sits in that layout: byte offset in the row, nibble shift (0 or 4).
+struct Mxfp4VnniNibble {
+  int64_t byte;
+  int shift;
+};
+inline Mxfp4VnniNibble mxfp4_vnni_nibble(int64_t col) {
+  const int64_t group = col / kMxint8GroupElems, r = col % kMxint8GroupElems;
+  const int64_t v = (r % 32) / 4;
+  return {group * kMxint8GroupWeightBytes + 64 * (v / 2) + 4 * (r / 32) + r % 4,
+          static_cast<int>(4 * (v % 2))};
+}
 // One row of packed [in/2] nibbles (linear_mxfp4.h's order) into that layout
 // (mxint8_num_groups(in) · 256 bytes).
 void mxfp4_vnni_repack_row(const uint8_t* packed_row, int64_t in, uint8_t* out);

@@ -323,12 +323,8 @@ void Mxfp4Linear::dequantize(float* out) const {
         detail::mxint8_num_groups(in_features_) * detail::kMxint8GroupWeightBytes;
     for (int64_t i = 0; i < out_features_; ++i)
       for (int64_t j = 0; j < in_features_; ++j) {
-        // linear_kernels.h's layout: element 32b + 4v + k of a group is byte 4b + k of vector v.
-        const int64_t group = j / detail::kMxint8GroupElems, r = j % detail::kMxint8GroupElems;
-        const int64_t v = (r % 32) / 4;
-        const uint8_t byte = packed_data()[i * row_bytes + group * detail::kMxint8GroupWeightBytes +
-                                           64 * (v / 2) + 4 * (r / 32) + r % 4];
-        const int code = v % 2 == 0 ? byte & 0xF : byte >> 4;
+        const detail::Mxfp4VnniNibble at = detail::mxfp4_vnni_nibble(j);
+        const int code = (packed_data()[i * row_bytes + at.byte] >> at.shift) & 0xF;
         out[i * in_features_ + j] =
             formats::kE2m1Values[static_cast<size_t>(code)] *
             formats::kE8m0Values[scale_data()[i * (in_features_ / 32) + j / 32]];
@@ -359,10 +355,8 @@ void mxfp4_vnni_repack_row(const uint8_t* packed_row, int64_t in, uint8_t* out) 
   std::memset(out, 0, static_cast<size_t>(groups * kMxint8GroupWeightBytes));
   for (int64_t j = 0; j < in; ++j) {
     const int code = j % 2 == 0 ? packed_row[j / 2] & 0xF : packed_row[j / 2] >> 4;
-    const int64_t group = j / kMxint8GroupElems, r = j % kMxint8GroupElems;
-    const int64_t v = (r % 32) / 4;
-    uint8_t& byte = out[group * kMxint8GroupWeightBytes + 64 * (v / 2) + 4 * (r / 32) + r % 4];
-    byte = static_cast<uint8_t>(byte | (v % 2 == 0 ? code : code << 4));
+    const Mxfp4VnniNibble at = mxfp4_vnni_nibble(j);
+    out[at.byte] = static_cast<uint8_t>(out[at.byte] | code << at.shift);
   }
 }
 

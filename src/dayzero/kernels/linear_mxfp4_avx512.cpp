@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "dayzero/formats/decode_tables.h"
+#include "dayzero/kernels/e8m0_avx512.h"
 #include "dayzero/kernels/linear_kernels.h"
 #include "dayzero/kernels/unroll.h"
 
@@ -22,12 +23,6 @@ namespace {
 
 inline __m512bh as_bh(__m512i v) {
   return (__m512bh)v;  // same bits, BF16 lanes
-}
-
-// 2^(E−127) as FP32 bits from E8M0 codes in dwords: E << 23, except E = 0 → 0x00400000 (the
-// unsigned max picks it for 0 only).
-inline __m512i scale_bits_from_codes(__m512i codes_shl_23) {
-  return _mm512_max_epu32(codes_shl_23, _mm512_set1_epi32(0x00400000));
 }
 
 // One row, kTokens tokens; x holds the tokens' activations in the GEMV layout (linear_kernels.h),
@@ -78,8 +73,7 @@ inline void gemv_row(const uint8_t* packed, const uint8_t* scales, int64_t in, c
       codes16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s_row + 16 * q));
     else
       codes16 = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << blocks) - 1), s_row + 16 * q);
-    const __m512i bits =
-        scale_bits_from_codes(_mm512_slli_epi32(_mm512_cvtepu8_epi32(codes16), 23));
+    const __m512i bits = e8m0_scale_bits(_mm512_slli_epi32(_mm512_cvtepu8_epi32(codes16), 23));
     DZ_UNROLL(8)
     for (int sub = 0; sub < 4; ++sub) {
       const int64_t step_blocks = kFull ? 4 : blocks - 4 * sub;

@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "dayzero/formats/mxint8.h"
+#include "dayzero/kernels/e8m0_avx512.h"
 #include "dayzero/kernels/linear_kernels.h"
 #include "dayzero/kernels/unroll.h"
 
@@ -29,10 +30,9 @@ namespace {
 alignas(64) constexpr std::array<uint8_t, 16> kE2m1Doubled = {12, 13, 14, 15, 16, 18, 20, 24,
                                                               12, 11, 10, 9,  8,  6,  4,  0};
 
-// 2^(E−127) as FP32 bits from E8M0 codes in dwords (E = 0 → 2^−127, a subnormal).
+// 2^(E−127) of 16 E8M0 codes.
 inline __m512 weight_scales(__m128i codes) {
-  const __m512i shifted = _mm512_slli_epi32(_mm512_cvtepu8_epi32(codes), 23);
-  return _mm512_castsi512_ps(_mm512_max_epu32(shifted, _mm512_set1_epi32(0x00400000)));
+  return _mm512_castsi512_ps(e8m0_scale_bits(_mm512_slli_epi32(_mm512_cvtepu8_epi32(codes), 23)));
 }
 
 // Lane j + lane j + 8, then + 4, + 2, + 1 (linear_kernels.h's order).
