@@ -11,7 +11,8 @@
    by the other); max |a − b| < 5e-3 · max |full| and identical argmax.
 3. `dayzero verify` passes every operator, layer and model row (indexer selections included).
    With --mxfp4-activations mxint8 (8-bit activations of the MXFP4 experts) 1–3 hold against the
-   reference with the same activations, which the engine is closer to than to the BF16 one.
+   reference with the same activations, which the engine is closer to than to the BF16 one, in
+   one process and under `mpirun -np 2 verify --tp 2` and `--ep 2`.
 4. The default model: `generate` without --model runs $DAYZERO_MODEL and logs the pick; a missing
    one fails with a message; `--help` names the default.
 """
@@ -26,6 +27,7 @@ import torch
 
 from cli_support import DAYZERO, SOURCE_DIR, rel_l2_per_row, run_dayzero, skip_unless_built
 from dayzero_ref import make_tiny, test_prompts_hybrid
+from server_support import MPI_ENV, MPIRUN
 
 SPLITS = (("--prefill-chunk", 7), ("--prefill-chunk", 24), ("--decode-from", 1),
           ("--decode-from", 9), ("--decode-from", 30))
@@ -148,6 +150,22 @@ class HybridCli(unittest.TestCase):
         proc = run_dayzero("verify", "--model", self.dir, "--threads", 1, *flag)
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         self.assertIn(" 0 failed", proc.stdout)
+        # Every rank of a parallel plan runs the MXINT8 kernel: a rank left on BF16 activations
+        # would put the logits as far from the MXINT8 reference as the BF16 engine is.
+        for plan in (("--tp", "2"), ("--ep", "2")):
+            with self.subTest(plan=plan):
+                proc = subprocess.run(
+                    [*MPIRUN, "-np", "2", "-x", "OMP_NUM_THREADS", DAYZERO, "--log-level", "warn",
+                     "verify", "--model", self.dir, "--threads", "1", *plan, *flag],
+                    capture_output=True, text=True, timeout=300, check=False,
+                    env=dict(os.environ, **MPI_ENV, OMP_NUM_THREADS="1"))
+                self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+                self.assertIn(" 0 failed", proc.stdout)
+                median = [float(f[4]) for f in map(str.split, proc.stdout.splitlines())
+                          if f[:1] == ["model"] and f[2:4] == ["logits", "median_rel_l2"]]
+                self.assertEqual(len(median), 1, proc.stdout)
+                print(f"\nmxint8 under {' '.join(plan)}: logits median rel L2 {median[0]:.2e}")
+                self.assertLess(2 * median[0], to_bf16)
 
     def test_verify_passes(self):
         proc = run_dayzero("verify", "--model", self.dir, "--threads", 1)
