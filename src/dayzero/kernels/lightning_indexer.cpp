@@ -52,17 +52,17 @@ int64_t max_visible_keys(const IndexerQueries& queries) {
 void write_selection_row(ScoredPos* chosen, int64_t num_chosen, int64_t top_k, int32_t* sel_row,
                          float* score_row) {
   std::sort(chosen, chosen + num_chosen, kRanksBefore);
-  for (int64_t i = 0; i < top_k; ++i) {
-    const bool used = i < num_chosen;
-    sel_row[i] = used ? chosen[i].pos : -1;
-    if (score_row != nullptr)
-      score_row[i] = used ? chosen[i].score : -std::numeric_limits<float>::infinity();
-  }
+  write_ranked_selection_row(chosen, num_chosen, top_k, sel_row, score_row);
 }
 
-void keep_best(ScoredPos* candidates, int64_t num_candidates, int64_t keep) {
-  if (keep >= num_candidates) return;
-  std::nth_element(candidates, candidates + keep, candidates + num_candidates, kRanksBefore);
+void write_ranked_selection_row(const ScoredPos* ranked, int64_t num_chosen, int64_t top_k,
+                                int32_t* sel_row, float* score_row) {
+  for (int64_t i = 0; i < top_k; ++i) {
+    const bool used = i < num_chosen;
+    sel_row[i] = used ? ranked[i].pos : -1;
+    if (score_row != nullptr)
+      score_row[i] = used ? ranked[i].score : -std::numeric_limits<float>::infinity();
+  }
 }
 
 }  // namespace indexer_detail

@@ -71,8 +71,8 @@ int64_t max_visible_keys(const IndexerQueries& queries);
 // positions in rank order then −1, and (if score_row is not null) their scores then −inf.
 void write_selection_row(ScoredPos* chosen, int64_t num_chosen, int64_t top_k, int32_t* sel_row,
                          float* score_row);
-
-// Keeps the best `keep` of candidates [num_candidates] by ranks_before (order unspecified).
-void keep_best(ScoredPos* candidates, int64_t num_candidates, int64_t keep);
+// The same for entries already in rank order.
+void write_ranked_selection_row(const ScoredPos* ranked, int64_t num_chosen, int64_t top_k,
+                                int32_t* sel_row, float* score_row);
 
 }  // namespace dz::kernels::indexer_detail
