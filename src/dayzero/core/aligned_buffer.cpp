@@ -26,14 +26,27 @@ AlignedBuffer::AlignedBuffer(size_t size_bytes) : size_bytes_(size_bytes) {
   std::memset(data_, 0, rounded);
 }
 
+AlignedBuffer AlignedBuffer::for_weights(size_t size_bytes) {
+  AlignedBuffer buffer;
+  if (size_bytes == 0) return buffer;
+  const weight_pool::Allocation allocation = weight_pool::allocate(size_bytes);
+  buffer.data_ = allocation.data;
+  buffer.size_bytes_ = size_bytes;
+  buffer.slab_ = allocation.slab;
+  return buffer;
+}
+
 void AlignedBuffer::release() {
-  if (mapped_bytes_ > 0)
+  if (slab_ != nullptr)
+    weight_pool::release(slab_);
+  else if (mapped_bytes_ > 0)
     ::munmap(data_, mapped_bytes_);
   else
     std::free(data_);
   data_ = nullptr;
   size_bytes_ = 0;
   mapped_bytes_ = 0;
+  slab_ = nullptr;
 }
 
 AlignedBuffer::~AlignedBuffer() {
@@ -43,7 +56,8 @@ AlignedBuffer::~AlignedBuffer() {
 AlignedBuffer::AlignedBuffer(AlignedBuffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       size_bytes_(std::exchange(other.size_bytes_, 0)),
-      mapped_bytes_(std::exchange(other.mapped_bytes_, 0)) {}
+      mapped_bytes_(std::exchange(other.mapped_bytes_, 0)),
+      slab_(std::exchange(other.slab_, nullptr)) {}
 
 AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept {
   if (this != &other) {
@@ -51,6 +65,7 @@ AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept {
     data_ = std::exchange(other.data_, nullptr);
     size_bytes_ = std::exchange(other.size_bytes_, 0);
     mapped_bytes_ = std::exchange(other.mapped_bytes_, 0);
+    slab_ = std::exchange(other.slab_, nullptr);
   }
   return *this;
 }

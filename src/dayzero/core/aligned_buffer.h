@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <span>
 
+#include "dayzero/core/weight_pool.h"
+
 namespace dz {
 
 inline constexpr size_t kBufferAlignment = 64;
@@ -16,6 +18,8 @@ class AlignedBuffer {
  public:
   AlignedBuffer() = default;
   explicit AlignedBuffer(size_t size_bytes);  // zero-filled
+  // Zero-filled, from the weight pool (core/weight_pool.h): for weights, read every step.
+  static AlignedBuffer for_weights(size_t size_bytes);
   ~AlignedBuffer();
   AlignedBuffer(AlignedBuffer&& other) noexcept;
   AlignedBuffer& operator=(AlignedBuffer&& other) noexcept;
@@ -37,7 +41,8 @@ class AlignedBuffer {
 
   std::byte* data_ = nullptr;
   size_t size_bytes_ = 0;
-  size_t mapped_bytes_ = 0;  // > 0: data_ is a mapping of this length
+  size_t mapped_bytes_ = 0;            // > 0: data_ is a mapping of this length
+  weight_pool::Slab* slab_ = nullptr;  // set: data_ is in this weight pool slab
 };
 
 }  // namespace dz

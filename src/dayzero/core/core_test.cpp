@@ -91,6 +91,38 @@ TEST(AlignedBuffer, SmallAndMappedBuffersAreZeroAlignedWritableAndMovable) {
   }
 }
 
+TEST(WeightPool, BuffersAreZeroAlignedDisjointAndTheirSlabsGoWithTheLast) {
+  const int slabs_before = weight_pool::live_slabs();
+  {
+    // Mixed sizes, one larger than a slab (a slab of its own; only its ends are touched).
+    const std::vector<size_t> sizes = {1,  63, 64, 4096, (size_t{3} << 20) + 5, size_t{300} << 20,
+                                       100};
+    std::vector<AlignedBuffer> buffers;
+    for (const size_t size : sizes) buffers.push_back(AlignedBuffer::for_weights(size));
+    EXPECT_GT(weight_pool::live_slabs(), slabs_before);
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      AlignedBuffer& b = buffers[i];
+      ASSERT_EQ(b.size_bytes(), sizes[i]);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % kBufferAlignment, 0u);
+      const size_t checked = std::min<size_t>(sizes[i], size_t{4} << 20);
+      for (size_t j = 0; j < checked; ++j) ASSERT_EQ(b.data()[j], std::byte{0}) << i << " " << j;
+      EXPECT_EQ(b.data()[sizes[i] - 1], std::byte{0});
+      b.data()[0] = static_cast<std::byte>(i + 1);
+      b.data()[sizes[i] - 1] = static_cast<std::byte>(i + 1);
+    }
+    // No buffer overlaps another: each still holds its own marks.
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      EXPECT_EQ(buffers[i].data()[0], static_cast<std::byte>(i + 1));
+      EXPECT_EQ(buffers[i].data()[sizes[i] - 1], static_cast<std::byte>(i + 1));
+    }
+    AlignedBuffer moved = std::move(buffers[2]);  // released once, by its last owner
+    EXPECT_EQ(buffers[2].data(), nullptr);
+    buffers.clear();
+    EXPECT_EQ(moved.data()[0], std::byte{3});
+  }
+  EXPECT_EQ(weight_pool::live_slabs(), slabs_before);
+}
+
 TEST(Arena, AlignsResetsAndTracksPeak) {
   Arena arena(1024);
   auto a = arena.allocate(10, 16);

@@ -68,7 +68,8 @@ void Bf16Linear::reorder_for_onednn() {
                            memory::desc({64, out}, Dt::f32, Tag::ab)),
         detail::user_scratchpad_attr(), engine);
     weights_desc_ = pd.weights_desc();
-    weights_mem_ = memory(weights_desc_, engine);
+    weights_buffer_ = AlignedBuffer::for_weights(weights_desc_.get_size());
+    weights_mem_ = memory(weights_desc_, engine, weights_buffer_.data());
     memory plain_mem(plain, engine, plain_codes_.data());
     dnnl::stream stream(engine);
     dnnl::reorder(plain_mem, weights_mem_).execute(stream, plain_mem, weights_mem_);
@@ -79,6 +80,7 @@ void Bf16Linear::reorder_for_onednn() {
     spdlog::warn("linear weight [{}, {}]: no oneDNN BF16 matmul ({}); using the reference", out, in,
                  e.what());
     weights_mem_ = memory();
+    weights_buffer_ = AlignedBuffer();
   }
 }
 

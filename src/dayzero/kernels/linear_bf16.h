@@ -49,7 +49,8 @@ class Bf16Linear {
   int64_t in_features_ = 0;
   // Wᵀ [in, out] as oneDNN's matmul B in the layout it chose; empty on the reference path.
   dnnl::memory::desc weights_desc_;
-  dnnl::memory weights_mem_;
+  dnnl::memory weights_mem_;               // over weights_buffer_
+  AlignedBuffer weights_buffer_;           // from the weight pool
   std::optional<Bf16PanelWeight> panels_;  // weights_mem_ as gemm_small_bf16 reads it
   AlignedBuffer plain_codes_;              // W [out, in] BF16 codes: the reference path only
   detail::MatmulCache matmuls_;

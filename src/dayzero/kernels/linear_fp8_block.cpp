@@ -64,7 +64,7 @@ Result<Fp8BlockLinear> Fp8BlockLinear::create(const TensorView& codes, const Ten
   Fp8BlockLinear result;
   result.block_ = block;
   const int64_t row_stride = codes.strides()[0];
-  result.codes_ = AlignedBuffer(static_cast<size_t>(block.num_rows * block.num_cols));
+  result.codes_ = AlignedBuffer::for_weights(static_cast<size_t>(block.num_rows * block.num_cols));
   auto* dst = reinterpret_cast<uint8_t*>(result.codes_.data());
   for (int64_t i = 0; i < block.num_rows; ++i)
     std::memcpy(dst + i * block.num_cols, codes.data_as<const uint8_t>() + i * row_stride,
@@ -74,7 +74,7 @@ Result<Fp8BlockLinear> Fp8BlockLinear::create(const TensorView& codes, const Ten
       codes.shape()));
 
   const int64_t num_scales = expected_scale_shape.num_elems();
-  result.scale_inv_ = AlignedBuffer(static_cast<size_t>(num_scales) * sizeof(float));
+  result.scale_inv_ = AlignedBuffer::for_weights(static_cast<size_t>(num_scales) * sizeof(float));
   auto* scales = reinterpret_cast<float*>(result.scale_inv_.data());
   std::memcpy(scales, scale_inv.data(), static_cast<size_t>(num_scales) * sizeof(float));
   for (int64_t s = 0; s < num_scales; ++s) {

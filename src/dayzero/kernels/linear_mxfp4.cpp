@@ -111,8 +111,8 @@ Result<Mxfp4Linear> Mxfp4Linear::create(const TensorView& weight_packed,
                                                       : Kernels::kReference;
   if (result.kernels_ == Kernels::kMxint8Vnni) {
     const int64_t vnni_row_bytes = detail::mxint8_num_groups(in) * detail::kMxint8GroupWeightBytes;
-    result.packed_ = AlignedBuffer(static_cast<size_t>(out * vnni_row_bytes));
-    result.scales_ = AlignedBuffer(scales.size());
+    result.packed_ = AlignedBuffer::for_weights(static_cast<size_t>(out * vnni_row_bytes));
+    result.scales_ = AlignedBuffer::for_weights(scales.size());
     auto* to = reinterpret_cast<uint8_t*>(result.packed_.data());
     for (int64_t i = 0; i < out; ++i)
       detail::mxfp4_vnni_repack_row(codes_of_row(i), in, to + i * vnni_row_bytes);
@@ -120,8 +120,8 @@ Result<Mxfp4Linear> Mxfp4Linear::create(const TensorView& weight_packed,
     return result;
   }
   if (result.kernels_ != Kernels::kAmx) {
-    result.packed_ = AlignedBuffer(static_cast<size_t>(out * row_bytes));
-    result.scales_ = AlignedBuffer(scales.size());
+    result.packed_ = AlignedBuffer::for_weights(static_cast<size_t>(out * row_bytes));
+    result.scales_ = AlignedBuffer::for_weights(scales.size());
     for (int64_t i = 0; i < out; ++i)
       std::memcpy(result.packed_.data() + i * row_bytes, codes_of_row(i),
                   static_cast<size_t>(row_bytes));
@@ -131,8 +131,8 @@ Result<Mxfp4Linear> Mxfp4Linear::create(const TensorView& weight_packed,
   // The tile layout, written straight from the source rows; padding rows get zero codes and scale
   // code 127.
   const int64_t padded_rows = detail::mxfp4_amx_num_groups(out) * detail::kMxfp4AmxGroupRows;
-  result.packed_ = AlignedBuffer(static_cast<size_t>(padded_rows * row_bytes));
-  result.scales_ = AlignedBuffer(static_cast<size_t>(padded_rows * num_blocks));
+  result.packed_ = AlignedBuffer::for_weights(static_cast<size_t>(padded_rows * row_bytes));
+  result.scales_ = AlignedBuffer::for_weights(static_cast<size_t>(padded_rows * num_blocks));
   auto* to_packed = reinterpret_cast<uint8_t*>(result.packed_.data());
   auto* to_scales = reinterpret_cast<uint8_t*>(result.scales_.data());
   std::memset(to_packed, 0, result.packed_.size_bytes());

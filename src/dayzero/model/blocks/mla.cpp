@@ -134,12 +134,12 @@ MlaBlock::MlaBlock(MlaConfig config, MlaWeights weights)
   std::vector<float> kv_b(static_cast<size_t>(H * (d_n + d_v) * r_kv));
   weights_.kv_b_proj.dequantize(kv_b.data());
   kernels::round_to_bf16(kv_b.data(), static_cast<int64_t>(kv_b.size()));
-  w_uk_.resize(static_cast<size_t>(H * d_n * r_kv));
-  w_uv_.resize(static_cast<size_t>(H * d_v * r_kv));
+  w_uk_ = AlignedBuffer::for_weights(static_cast<size_t>(H * d_n * r_kv) * sizeof(float));
+  w_uv_ = AlignedBuffer::for_weights(static_cast<size_t>(H * d_v * r_kv) * sizeof(float));
   for (int64_t h = 0; h < H; ++h) {
     const float* head = kv_b.data() + h * (d_n + d_v) * r_kv;
-    std::copy_n(head, d_n * r_kv, w_uk_.data() + h * d_n * r_kv);
-    std::copy_n(head + d_n * r_kv, d_v * r_kv, w_uv_.data() + h * d_v * r_kv);
+    std::copy_n(head, d_n * r_kv, w_uk() + h * d_n * r_kv);
+    std::copy_n(head + d_n * r_kv, d_v * r_kv, w_uv() + h * d_v * r_kv);
   }
 }
 
@@ -238,7 +238,7 @@ void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
                           {.q_nope = q + group_begin * H * q_width,
                            .token_stride = H * q_width,
                            .head_stride = q_width,
-                           .w_uk = w_uk_.data(),
+                           .w_uk = w_uk(),
                            .q_abs = q_abs},
                           group_tokens);
     for (const AbsorbedPiece& piece : group) {
@@ -254,7 +254,7 @@ void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
                                       workspace);
     }
     kernels::mla_expand_o(ctx, absorb_dims,
-                          {.o_lat = o_lat, .w_uv = w_uv_.data(), .o = o + group_begin * H * d_v},
+                          {.o_lat = o_lat, .w_uv = w_uv(), .o = o + group_begin * H * d_v},
                           group_tokens);
     group.clear();
     group_tokens = 0;
@@ -297,8 +297,8 @@ void MlaBlock::forward(const ExecContext& ctx, const ForwardBatch& batch, const 
                                         .q_pe = q + t0 * H * q_width + d_n,
                                         .q_token_stride = H * q_width,
                                         .q_head_stride = q_width,
-                                        .w_uk = w_uk_.data(),
-                                        .w_uv = w_uv_.data(),
+                                        .w_uk = w_uk(),
+                                        .w_uv = w_uv(),
                                         .out = o + t0 * H * d_v},
                                        workspace);
         continue;
@@ -369,7 +369,7 @@ void MlaBlock::attend_sharded(const ExecContext& ctx, const ForwardBatch& batch,
                           {.q_nope = q + t * H * q_width,
                            .token_stride = H * q_width,
                            .head_stride = q_width,
-                           .w_uk = w_uk_.data(),
+                           .w_uk = w_uk(),
                            .q_abs = q_abs.data()},
                           1);
     const kernels::MlaCacheView view{.layout = cache.layout,
@@ -417,7 +417,7 @@ void MlaBlock::attend_sharded(const ExecContext& ctx, const ForwardBatch& batch,
     }
     kernels::mla_expand_o(ctx, dims,
                           {.o_lat = merged.data(),
-                           .w_uv = w_uv_.data(),
+                           .w_uv = w_uv(),
                            .o = o + rows[static_cast<size_t>(r)].second * H * d_v},
                           1);
   }

@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "dayzero/core/aligned_buffer.h"
 #include "dayzero/core/arena.h"
 #include "dayzero/core/parallel.h"
 #include "dayzero/kernels/linear.h"
@@ -112,10 +113,15 @@ class MlaBlock {
                       const MlaLayerCache& cache, const TokenSelection& selection, float* o,
                       std::span<std::byte> workspace, int layer_id) const;
 
+  float* w_uk() { return reinterpret_cast<float*>(w_uk_.data()); }
+  float* w_uv() { return reinterpret_cast<float*>(w_uv_.data()); }
+  const float* w_uk() const { return reinterpret_cast<const float*>(w_uk_.data()); }
+  const float* w_uv() const { return reinterpret_cast<const float*>(w_uv_.data()); }
+
   MlaConfig config_;
   MlaWeights weights_;
-  std::vector<float> w_uk_;  // [H, d_n, r_kv]
-  std::vector<float> w_uv_;  // [H, d_v, r_kv]
+  AlignedBuffer w_uk_;  // [H, d_n, r_kv] FP32
+  AlignedBuffer w_uv_;  // [H, d_v, r_kv] FP32
 };
 
 }  // namespace dz::model
