@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "dayzero/core/aligned_buffer.h"
+#include "dayzero/formats/codecs.h"
 #include "dayzero/kernels/lightning_indexer.h"
 #include "dayzero/kernels/mla_absorb.h"
 #include "dayzero/kernels/mla_attention.h"
@@ -204,7 +205,7 @@ void add_mla(std::vector<OpCase>& cases, int64_t num_tokens, int64_t heads, int6
 // ---- absorbed projections (q_abs = W_UKᵀ q_nope, o = W_UV o_lat) ----------------------------
 
 struct AbsorbLayers {
-  std::vector<std::vector<float>> w_uk, w_uv;  // per layer [H, d_n, r_kv], [H, d_v, r_kv]
+  std::vector<std::vector<uint16_t>> w_uk, w_uv;  // per layer [H, d_n, r_kv], [H, d_v, r_kv] BF16
 };
 
 struct AbsorbStep {
@@ -216,13 +217,13 @@ void add_absorb(std::vector<OpCase>& cases, kernels::MlaAbsorbDims dims, int64_t
   OpCase op;
   op.name = "mla_absorb.t" + std::to_string(tokens);
   op.shape = std::to_string(tokens) + " tokens, " + std::to_string(dims.num_heads) +
-             " heads, W_UK/W_UV FP32 [" + std::to_string(dims.nope_dim) + "|" +
+             " heads, W_UK/W_UV BF16 [" + std::to_string(dims.nope_dim) + "|" +
              std::to_string(dims.v_dim) + ", " + std::to_string(dims.latent_dim) + "] per head";
   op.group = "mla_absorb";
   op.limit = LimitKind::kDram;
   const int64_t rope = 64;
   const double layer_bytes =
-      4.0 * static_cast<double>(dims.num_heads * dims.latent_dim * (dims.nope_dim + dims.v_dim));
+      2.0 * static_cast<double>(dims.num_heads * dims.latent_dim * (dims.nope_dim + dims.v_dim));
   op.setup = [=, key = op.group](const OpsOptions& options, Fixtures& fixtures) {
     const AbsorbLayers& layers = fixtures.get<AbsorbLayers>(key, [&] {
       AbsorbLayers l;
@@ -232,8 +233,8 @@ void add_absorb(std::vector<OpCase>& cases, kernels::MlaAbsorbDims dims, int64_t
       for (int64_t i = 0; i < count; ++i) {
         l.w_uk.emplace_back(static_cast<size_t>(dims.num_heads * dims.nope_dim * dims.latent_dim));
         l.w_uv.emplace_back(static_cast<size_t>(dims.num_heads * dims.v_dim * dims.latent_dim));
-        for (float& v : l.w_uk.back()) v = random_unit(state) * 0.05f;
-        for (float& v : l.w_uv.back()) v = random_unit(state) * 0.05f;
+        for (uint16_t& v : l.w_uk.back()) v = formats::encode_bf16(random_unit(state) * 0.05f);
+        for (uint16_t& v : l.w_uv.back()) v = formats::encode_bf16(random_unit(state) * 0.05f);
       }
       return l;
     });

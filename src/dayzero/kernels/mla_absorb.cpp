@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "dayzero/core/check.h"
+#include "dayzero/formats/codecs.h"
 #include "dayzero/kernels/cpu_features.h"
 
 namespace dz::kernels {
@@ -17,13 +18,13 @@ void check_dims(const MlaAbsorbDims& d) {
            d.latent_dim, d.v_dim);
 }
 
-float dot(const float* a, const float* b, int64_t n) {
+float dot(const uint16_t* a, const float* b, int64_t n) {
   float partial[8] = {};  // eight interleaved sums: vectorizable without -ffast-math
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) partial[j] += a[i + j] * b[i + j];
+    for (int j = 0; j < 8; ++j) partial[j] += formats::decode_bf16(a[i + j]) * b[i + j];
   float sum = 0;
-  for (; i < n; ++i) sum += a[i] * b[i];
+  for (; i < n; ++i) sum += formats::decode_bf16(a[i]) * b[i];
   for (float p : partial) sum += p;
   return sum;
 }
@@ -62,14 +63,14 @@ void mla_absorb_q_plain(const ExecContext& ctx, const MlaAbsorbDims& dims, const
     for (int64_t item = begin; item < end; ++item) {
       const int64_t h = item / num_blocks, i0 = item % num_blocks * kMlaAbsorbTokenBlock;
       const int64_t i1 = std::min(i0 + kMlaAbsorbTokenBlock, num_tokens);
-      const float* w = args.w_uk + h * d_n * r_kv;
+      const uint16_t* w = args.w_uk + h * d_n * r_kv;
       for (int64_t i = i0; i < i1; ++i) {
         const float* q = args.q_nope + i * args.token_stride + h * args.head_stride;
         float* dst = args.q_abs + (i * H + h) * r_kv;
         std::fill_n(dst, r_kv, 0.0f);
         for (int64_t k = 0; k < d_n; ++k) {
-          const float* w_row = w + k * r_kv;
-          for (int64_t j = 0; j < r_kv; ++j) dst[j] += q[k] * w_row[j];
+          const uint16_t* w_row = w + k * r_kv;
+          for (int64_t j = 0; j < r_kv; ++j) dst[j] += q[k] * formats::decode_bf16(w_row[j]);
         }
       }
     }

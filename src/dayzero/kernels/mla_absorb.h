@@ -1,9 +1,10 @@
 #pragma once
-// The absorbed MLA projections around mla_attention_absorbed (docs/models.md §2.3), FP32, for a
-// group of n query tokens (the decode rows of every absorbed sequence of a step):
+// The absorbed MLA projections around mla_attention_absorbed (docs/models.md §2.3), for a group of
+// n query tokens (the decode rows of every absorbed sequence of a step). The weights are BF16 codes
+// (the model's kv_b_proj is BF16-valued, §2.3), widened exactly: products and sums are FP32.
 //   absorb_q:  q_abs[i, h, :] = Σ_k q_nope[i, h, k] · W_UK[h, k, :]     (W_UK [H, d_n, r_kv])
 //   expand_o:  o[i, h, k]     = Σ_j W_UV[h, k, j] · o_lat[i, h, j]      (W_UV [H, d_v, r_kv])
-// Both walk head by head over all tokens of the group, so each head's weight block (d·r_kv FP32)
+// Both walk head by head over all tokens of the group, so each head's weight block (d·r_kv BF16)
 // is read from memory once per call and reused from cache across tokens, instead of once per
 // token; work items are (head, block of tokens), parallel over ctx.num_threads. The dispatchers
 // pick the AVX-512 variant when the CPU has one and the shape allows it (kernels/cpu_features.h),
@@ -28,15 +29,15 @@ struct MlaAbsorbQ {
   const float* q_nope = nullptr;
   int64_t token_stride = 0;
   int64_t head_stride = 0;
-  const float* w_uk = nullptr;  // [H, d_n, r_kv]
-  float* q_abs = nullptr;       // [n, H, r_kv]
+  const uint16_t* w_uk = nullptr;  // [H, d_n, r_kv] BF16 codes
+  float* q_abs = nullptr;          // [n, H, r_kv]
 };
 
 // o_lat [n, H, r_kv] and o [n, H, d_v], both contiguous.
 struct MlaExpandO {
   const float* o_lat = nullptr;
-  const float* w_uv = nullptr;  // [H, d_v, r_kv]
-  float* o = nullptr;           // [n, H, d_v]
+  const uint16_t* w_uv = nullptr;  // [H, d_v, r_kv] BF16 codes
+  float* o = nullptr;              // [n, H, d_v]
 };
 
 void mla_absorb_q(const ExecContext& ctx, const MlaAbsorbDims& dims, const MlaAbsorbQ& args,

@@ -1,12 +1,14 @@
 // AVX-512 variants of the absorbed MLA projections (mla_absorb.h), r_kv % 64 == 0, d_v % 4 == 0.
 //
+// The weights are BF16 codes, widened exactly to FP32 as they are loaded (a zero-extend and a
+// 16-bit shift), so the products and sums are those of FP32 weights with the same values.
 // absorb_q: per (head, token block), the output is tiled as 64 latent columns (4 zmm) × up to 6
 // tokens = 24 accumulators; each step k loads one 64-wide slice of W_UK[h, k, :] and broadcasts
-// q_nope[i, h, k] of the 6 tokens (4 loads + 6 broadcasts per 24 FMAs). The 64-column slice of
-// W_UK_h (d_n × 256 B) stays in L1 across the token tiles of the block.
+// q_nope[i, h, k] of the 6 tokens (4 widened loads + 6 broadcasts per 24 FMAs). The 64-column
+// slice of W_UK_h (d_n × 128 B) stays in L1 across the token tiles of the block.
 // expand_o: 4 output rows × up to 4 tokens = 16 accumulators over the r_kv axis (4 weight rows and
 // 4 latent rows loaded per 16 FMAs), reduced horizontally at the end; the 4 weight rows (4·r_kv
-// FP32) stay in L1 across the token tiles.
+// BF16) stay in L1 across the token tiles.
 // GCC 12 reports its own _mm512_undefined_ps() inside the intrinsics headers as uninitialized.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -25,11 +27,11 @@ namespace dz::kernels {
 namespace {
 
 // The weight rows a tile reads next are requested ahead: absorb_q reads 64-column slices of rows
-// 2 KiB apart, expand_o rows in tiles of four. With few tokens the kernels wait on DRAM; measured
-// on AMD Zen 5 (V2-Lite dims, 20 layers of FP32 W_UK / W_UV from DRAM, 2 threads, µs per layer,
-// with the loops unrolled): expand_o 1 / 16 / 64 tokens 230–258 / 883–902 / 2919 → 92–133 /
-// 269–272 / 824; absorb_q 16 / 64 tokens 488–565 / 1649 → 232–248 / 639 (8 rows ahead), while at
-// 1 token the hardware prefetcher alone does as well (105–126 µs).
+// 2·r_kv bytes apart, expand_o rows in tiles of four. (Measured with FP32 weights:) With few tokens
+// the kernels wait on DRAM; measured on AMD Zen 5 (V2-Lite dims, 20 layers of FP32 W_UK / W_UV from
+// DRAM, 2 threads, µs per layer, with the loops unrolled): expand_o 1 / 16 / 64 tokens 230–258 /
+// 883–902 / 2919 → 92–133 / 269–272 / 824; absorb_q 16 / 64 tokens 488–565 / 1649 → 232–248 / 639
+// (8 rows ahead), while at 1 token the hardware prefetcher alone does as well (105–126 µs).
 constexpr int64_t kAbsorbPrefetchRows = 8;
 constexpr int64_t kExpandPrefetchRows = 4;
 
@@ -46,9 +48,15 @@ void check_avx512_dims(const MlaAbsorbDims& d) {
            d.latent_dim, d.v_dim);
 }
 
+// 16 BF16 codes as FP32 (exact).
+inline __m512 load_bf16_16(const uint16_t* codes) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes))), 16));
+}
+
 // dst[t][0:64] = Σ_k q[t][k] · w[k·r_kv + 0:64] for NT tokens.
 template <int NT>
-void absorb_tile(const float* const* q, const float* w, int64_t d_n, int64_t r_kv,
+void absorb_tile(const float* const* q, const uint16_t* w, int64_t d_n, int64_t r_kv,
                  float* const* dst) {
   __m512 acc[NT][4];
   DZ_UNROLL(8)
@@ -57,13 +65,13 @@ void absorb_tile(const float* const* q, const float* w, int64_t d_n, int64_t r_k
     for (int c = 0; c < 4; ++c) acc[t][c] = _mm512_setzero_ps();
   }
   for (int64_t k = 0; k < d_n; ++k) {
-    const float* w_row = w + k * r_kv;
+    const uint16_t* w_row = w + k * r_kv;
     if (NT > 1 && k + kAbsorbPrefetchRows < d_n)
-      for (int line = 0; line < 4; ++line)
-        _mm_prefetch(reinterpret_cast<const char*>(w_row + kAbsorbPrefetchRows * r_kv + 16 * line),
+      for (int line = 0; line < 2; ++line)
+        _mm_prefetch(reinterpret_cast<const char*>(w_row + kAbsorbPrefetchRows * r_kv + 32 * line),
                      _MM_HINT_T0);
-    const __m512 w0 = _mm512_loadu_ps(w_row), w1 = _mm512_loadu_ps(w_row + 16);
-    const __m512 w2 = _mm512_loadu_ps(w_row + 32), w3 = _mm512_loadu_ps(w_row + 48);
+    const __m512 w0 = load_bf16_16(w_row), w1 = load_bf16_16(w_row + 16);
+    const __m512 w2 = load_bf16_16(w_row + 32), w3 = load_bf16_16(w_row + 48);
     DZ_UNROLL(8)
     for (int t = 0; t < NT; ++t) {
       const __m512 b = _mm512_set1_ps(q[t][k]);
@@ -79,7 +87,7 @@ void absorb_tile(const float* const* q, const float* w, int64_t d_n, int64_t r_k
 
 // dst[t][r] = Σ_j w[r·r_kv + j] · lat[t][j] for kORows rows and NT tokens.
 template <int NT>
-void expand_tile(const float* w, int64_t r_kv, const float* const* lat, float* const* dst) {
+void expand_tile(const uint16_t* w, int64_t r_kv, const float* const* lat, float* const* dst) {
   __m512 acc[kORows][NT];
   DZ_UNROLL(8)
   for (int r = 0; r < kORows; ++r) {
@@ -90,9 +98,10 @@ void expand_tile(const float* w, int64_t r_kv, const float* const* lat, float* c
     __m512 wr[kORows];
     DZ_UNROLL(8)
     for (int r = 0; r < kORows; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(w + (r + kExpandPrefetchRows) * r_kv + j),
-                   _MM_HINT_T0);
-      wr[r] = _mm512_loadu_ps(w + r * r_kv + j);
+      if (j % 32 == 0)  // one 64-byte line holds 32 codes
+        _mm_prefetch(reinterpret_cast<const char*>(w + (r + kExpandPrefetchRows) * r_kv + j),
+                     _MM_HINT_T0);
+      wr[r] = load_bf16_16(w + r * r_kv + j);
     }
     DZ_UNROLL(8)
     for (int t = 0; t < NT; ++t) {
@@ -127,7 +136,7 @@ void mla_absorb_q_avx512(const ExecContext& ctx, const MlaAbsorbDims& dims, cons
     for (int64_t item = begin; item < end; ++item) {
       const int64_t h = item / num_blocks, i0 = item % num_blocks * kMlaAbsorbTokenBlock;
       const int64_t i1 = std::min(i0 + kMlaAbsorbTokenBlock, num_tokens);
-      const float* w = args.w_uk + h * d_n * r_kv;
+      const uint16_t* w = args.w_uk + h * d_n * r_kv;
       for (int64_t j0 = 0; j0 < r_kv; j0 += 64) {
         for_token_tiles(i0, i1, kQTokens, [&](int64_t i, int nt) {
           const float* q[kQTokens];
@@ -175,7 +184,7 @@ void mla_expand_o_avx512(const ExecContext& ctx, const MlaAbsorbDims& dims, cons
       const int64_t h = item / num_blocks, i0 = item % num_blocks * kMlaAbsorbTokenBlock;
       const int64_t i1 = std::min(i0 + kMlaAbsorbTokenBlock, num_tokens);
       for (int64_t k0 = 0; k0 < d_v; k0 += kORows) {
-        const float* w = args.w_uv + (h * d_v + k0) * r_kv;
+        const uint16_t* w = args.w_uv + (h * d_v + k0) * r_kv;
         for_token_tiles(i0, i1, kOTokens, [&](int64_t i, int nt) {
           const float* lat[kOTokens];
           float* dst[kOTokens];

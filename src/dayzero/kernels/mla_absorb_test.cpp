@@ -1,9 +1,12 @@
-// Absorbed MLA projections against an FP64 reference on fresh random inputs. Every output row
-// (token i, head h) is compared elementwise with a bound of 1e-5 · ‖ref row‖₂: FP32 sums of
-// ≤ 512 terms stay near 1e-7 of the row norm, while a wrong head, token or stride gives O(1).
+// Absorbed MLA projections against an FP64 reference on fresh random inputs (the weights random
+// BF16 codes, as the model stores them). Every output row (token i, head h) is compared elementwise
+// with a bound of 1e-5 · ‖ref row‖₂: FP32 sums of ≤ 512 terms stay near 1e-7 of the row norm, while
+// a wrong head, token or stride gives O(1).
 #include "dayzero/kernels/mla_absorb.h"
 
 #include <gtest/gtest.h>
+
+#include "dayzero/formats/codecs.h"
 
 #include <array>
 #include <cmath>
@@ -25,6 +28,12 @@ std::vector<float> random_floats(std::mt19937& rng, int64_t n) {
   std::vector<float> v(static_cast<size_t>(n));
   for (float& x : v) x = dist(rng);
   return v;
+}
+
+std::vector<uint16_t> random_bf16(std::mt19937& rng, int64_t n) {
+  std::vector<uint16_t> codes;
+  for (const float x : random_floats(rng, n)) codes.push_back(formats::encode_bf16(x));
+  return codes;
 }
 
 void expect_rows_close(const std::vector<float>& got, const std::vector<double>& ref,
@@ -52,7 +61,7 @@ void check_absorb_q(const Case& c, Variant variant, int num_threads, uint32_t se
   const int64_t head_stride = d_n + 64, token_stride = H * head_stride;
   std::mt19937 rng(seed);
   const std::vector<float> q = random_floats(rng, n * token_stride);
-  const std::vector<float> w = random_floats(rng, H * d_n * r_kv);
+  const std::vector<uint16_t> w = random_bf16(rng, H * d_n * r_kv);
   std::vector<float> got(static_cast<size_t>(n * H * r_kv), -7.0f);
   const MlaAbsorbQ args{.q_nope = q.data(),
                         .token_stride = token_stride,
@@ -78,7 +87,7 @@ void check_absorb_q(const Case& c, Variant variant, int num_threads, uint32_t se
         double s = 0;
         for (int64_t k = 0; k < d_n; ++k)
           s += double{q[static_cast<size_t>(i * token_stride + h * head_stride + k)]} *
-               w[static_cast<size_t>((h * d_n + k) * r_kv + j)];
+               formats::decode_bf16(w[static_cast<size_t>((h * d_n + k) * r_kv + j)]);
         ref[static_cast<size_t>((i * H + h) * r_kv + j)] = s;
       }
   expect_rows_close(got, ref, r_kv, "q_abs");
@@ -90,7 +99,7 @@ void check_expand_o(const Case& c, Variant variant, int num_threads, uint32_t se
   const int64_t H = d.num_heads, d_v = d.v_dim, r_kv = d.latent_dim, n = c.num_tokens;
   std::mt19937 rng(seed);
   const std::vector<float> lat = random_floats(rng, n * H * r_kv);
-  const std::vector<float> w = random_floats(rng, H * d_v * r_kv);
+  const std::vector<uint16_t> w = random_bf16(rng, H * d_v * r_kv);
   std::vector<float> got(static_cast<size_t>(n * H * d_v), -7.0f);
   const MlaExpandO args{.o_lat = lat.data(), .w_uv = w.data(), .o = got.data()};
   const ExecContext ctx{num_threads};
@@ -111,7 +120,7 @@ void check_expand_o(const Case& c, Variant variant, int num_threads, uint32_t se
       for (int64_t k = 0; k < d_v; ++k) {
         double s = 0;
         for (int64_t j = 0; j < r_kv; ++j)
-          s += double{w[static_cast<size_t>((h * d_v + k) * r_kv + j)]} *
+          s += double{formats::decode_bf16(w[static_cast<size_t>((h * d_v + k) * r_kv + j)])} *
                lat[static_cast<size_t>((i * H + h) * r_kv + j)];
         ref[static_cast<size_t>((i * H + h) * d_v + k)] = s;
       }
@@ -140,7 +149,8 @@ void run_all(Variant variant) {
   for (const Case& c : shapes()) {
     for (int threads : {1, 2}) {
       SCOPED_TRACE(testing::Message() << "H=" << c.dims.num_heads << " d_n=" << c.dims.nope_dim
-                                      << " n=" << c.num_tokens << " threads=" << threads);
+                                      << " n=" << c.num_tokens << " threads=" << threads
+                                      << " seeds=" << seed << "," << seed + 1);
       check_absorb_q(c, variant, threads, seed++);
       check_expand_o(c, variant, threads, seed++);
     }
@@ -177,11 +187,12 @@ TEST(MlaAbsorb, DispatchFallsBackForOddShapes) {
 TEST(MlaAbsorbDeathTest, Avx512RejectsOddShapes) {
   const MlaAbsorbDims dims{.num_heads = 2, .nope_dim = 16, .latent_dim = 48, .v_dim = 8};
   std::vector<float> buf(4096, 0.5f);
+  std::vector<uint16_t> codes(4096, 0x3F00);
   EXPECT_DEATH(mla_absorb_q_avx512(ExecContext{1}, dims,
                                    {.q_nope = buf.data(),
                                     .token_stride = 32,
                                     .head_stride = 16,
-                                    .w_uk = buf.data(),
+                                    .w_uk = codes.data(),
                                     .q_abs = buf.data()},
                                    1),
                "r_kv % 64 == 0 and d_v % 4 == 0, got r_kv=48 d_v=8");

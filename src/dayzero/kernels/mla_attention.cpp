@@ -10,6 +10,7 @@
 #include <map>
 
 #include "dayzero/core/check.h"
+#include "dayzero/formats/codecs.h"
 #include "dayzero/kernels/cpu_features.h"
 #include "dayzero/kernels/linear_onednn.h"
 #include "dayzero/kernels/mla_attention.h"
@@ -336,6 +337,13 @@ void up_project(const ExecContext& ctx, const float* latents, const float* w, in
                     .y = out});
 }
 
+// BF16 codes to FP32 (exact).
+void widen_bf16(const ExecContext& ctx, const uint16_t* codes, int64_t n, float* out) {
+  parallel_for(ctx, n, 1 << 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) out[i] = formats::decode_bf16(codes[i]);
+  });
+}
+
 }  // namespace
 
 size_t mla_prefill_workspace_bytes(const ExecContext& ctx, const MlaCacheLayout& layout,
@@ -350,7 +358,8 @@ size_t mla_prefill_workspace_bytes(const ExecContext& ctx, const MlaCacheLayout&
          align64(static_cast<size_t>(kKeyBlock * width) * 4) +                      // records
          align64(static_cast<size_t>(kKeyBlock * layout.latent_dim) * 4) +          // latents
          align64(static_cast<size_t>(num_heads * kKeyBlock * (nope_dim + v_dim)) * 4) +
-         align64(static_cast<size_t>(num_threads * prefill_thread_floats(v_dim)) * 4);
+         align64(static_cast<size_t>(num_threads * prefill_thread_floats(v_dim)) * 4) +
+         align64(static_cast<size_t>(num_heads * (nope_dim + v_dim) * layout.latent_dim) * 4);
 }
 
 void mla_attention_prefill(const ExecContext& ctx, const MlaCacheView& cache,
@@ -373,6 +382,11 @@ void mla_attention_prefill(const ExecContext& ctx, const MlaCacheView& cache,
   float* k_nope = carver.take<float>(kKeyBlock * num_heads * d_n);  // [kKeyBlock, H, d_n]
   float* values = carver.take<float>(kKeyBlock * num_heads * d_v);  // [kKeyBlock, H, d_v]
   float* thread_scratch = carver.take<float>(num_threads * prefill_thread_floats(d_v));
+  // W_UK and W_UV widened once per call for the FP32 GEMMs of every key block.
+  float* w_uk = carver.take<float>(num_heads * d_n * r_kv);
+  float* w_uv = carver.take<float>(num_heads * d_v * r_kv);
+  widen_bf16(ctx, args.w_uk, num_heads * d_n * r_kv, w_uk);
+  widen_bf16(ctx, args.w_uv, num_heads * d_v * r_kv, w_uv);
 
   // Key range [0, key_end); each query's selection sorted ascending with −1 dropped, so that a
   // key block meets a contiguous run of it.
@@ -415,8 +429,8 @@ void mla_attention_prefill(const ExecContext& ctx, const MlaCacheView& cache,
     }
     // A short last block: the GEMMs below always take kKeyBlock rows (one primitive per shape).
     std::fill(latents + block_keys * r_kv, latents + kKeyBlock * r_kv, 0.0f);
-    up_project(ctx, latents, args.w_uk, r_kv, num_heads * d_n, k_nope);
-    up_project(ctx, latents, args.w_uv, r_kv, num_heads * d_v, values);
+    up_project(ctx, latents, w_uk, r_kv, num_heads * d_n, k_nope);
+    up_project(ctx, latents, w_uv, r_kv, num_heads * d_v, values);
     // Queries in groups of four share each key and value row read (ops.*_x4); a query's numbers
     // do not depend on its group. The group's keys run to its longest query's; the others' extra
     // scores are never used and their probabilities there are 0 (acc + 0 · v = acc). Causal

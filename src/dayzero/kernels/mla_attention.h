@@ -66,9 +66,9 @@ struct MlaPrefillArgs {
   const float* q_pe = nullptr;
   int64_t q_token_stride = 0;
   int64_t q_head_stride = 0;
-  const float* w_uk = nullptr;  // [H, d_n, r_kv]
-  const float* w_uv = nullptr;  // [H, d_v, r_kv]
-  float* out = nullptr;         // [num_queries, H, d_v], contiguous
+  const uint16_t* w_uk = nullptr;  // [H, d_n, r_kv] BF16 codes
+  const uint16_t* w_uv = nullptr;  // [H, d_v, r_kv] BF16 codes
+  float* out = nullptr;            // [num_queries, H, d_v], contiguous
 };
 
 // Scratch the fast kernels need (they never allocate); pass at least this many bytes, 64-aligned.

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "dayzero/core/check.h"
+#include "dayzero/formats/codecs.h"
 #include "dayzero/kernels/mla_attention.h"
 
 namespace dz::kernels {
@@ -103,8 +104,8 @@ void mla_attention_prefill_ref(const MlaCacheView& cache, const MlaQueryKeys& ke
     const std::vector<float> records = gather_records(cache, positions);
     const size_t num_keys = positions.size();
     for (int64_t h = 0; h < num_heads; ++h) {
-      const float* w_uk = args.w_uk + h * d_n * r_kv;
-      const float* w_uv = args.w_uv + h * d_v * r_kv;
+      const uint16_t* w_uk = args.w_uk + h * d_n * r_kv;
+      const uint16_t* w_uv = args.w_uv + h * d_v * r_kv;
       const float* q_nope = args.q_nope + i * args.q_token_stride + h * args.q_head_stride;
       const float* q_pe = args.q_pe + i * args.q_token_stride + h * args.q_head_stride;
       // Up-projected keys and values of this head: k_nope [num_keys, d_n], v [num_keys, d_v].
@@ -115,12 +116,14 @@ void mla_attention_prefill_ref(const MlaCacheView& cache, const MlaQueryKeys& ke
         const float* rec = records.data() + k * static_cast<size_t>(width);
         for (int64_t n = 0; n < d_n; ++n) {
           double acc = 0;
-          for (int64_t c = 0; c < r_kv; ++c) acc += double{w_uk[n * r_kv + c]} * rec[c];
+          for (int64_t c = 0; c < r_kv; ++c)
+            acc += double{formats::decode_bf16(w_uk[n * r_kv + c])} * rec[c];
           k_nope[k * static_cast<size_t>(d_n) + static_cast<size_t>(n)] = acc;
         }
         for (int64_t n = 0; n < d_v; ++n) {
           double acc = 0;
-          for (int64_t c = 0; c < r_kv; ++c) acc += double{w_uv[n * r_kv + c]} * rec[c];
+          for (int64_t c = 0; c < r_kv; ++c)
+            acc += double{formats::decode_bf16(w_uv[n * r_kv + c])} * rec[c];
           v[k * static_cast<size_t>(d_v) + static_cast<size_t>(n)] = acc;
         }
         double dot = 0;

@@ -42,8 +42,9 @@ struct Problem {
   int64_t num_positions = 0;
   std::vector<std::byte> pool;
   std::vector<int32_t> block_table;
-  std::vector<float> w_uk, w_uv;  // [H, d_n, r_kv], [H, d_v, r_kv]
-  std::vector<float> q;           // [num_queries, H, d_n + d_r]
+  std::vector<float> w_uk, w_uv;                 // [H, d_n, r_kv], [H, d_v, r_kv], BF16 values
+  std::vector<uint16_t> w_uk_codes, w_uv_codes;  // the same as BF16 codes (the kernels' input)
+  std::vector<float> q;                          // [num_queries, H, d_n + d_r]
   std::vector<int32_t> query_positions;
   std::vector<int32_t> selection;
   int64_t selection_width = 0;
@@ -92,6 +93,8 @@ Problem make_problem(std::mt19937& rng, const Dims& dims, int64_t num_positions,
   p.w_uv.resize(static_cast<size_t>(dims.num_heads * dims.v_dim * dims.latent_dim));
   for (auto& v : p.w_uk) v = formats::round_to_bf16(normal(rng) * w_scale);
   for (auto& v : p.w_uv) v = formats::round_to_bf16(normal(rng) * w_scale);
+  for (const float v : p.w_uk) p.w_uk_codes.push_back(formats::encode_bf16(v));
+  for (const float v : p.w_uv) p.w_uv_codes.push_back(formats::encode_bf16(v));
   p.query_positions = std::move(query_positions);
   p.q.resize(p.query_positions.size() * static_cast<size_t>(dims.num_heads * p.q_width()));
   for (auto& v : p.q) v = formats::round_to_bf16(normal(rng) * 0.5f);
@@ -154,8 +157,8 @@ MlaPrefillArgs prefill_args(const Problem& p, std::vector<float>& out) {
           .q_pe = p.q.data() + p.dims.nope_dim,
           .q_token_stride = p.dims.num_heads * p.q_width(),
           .q_head_stride = p.q_width(),
-          .w_uk = p.w_uk.data(),
-          .w_uv = p.w_uv.data(),
+          .w_uk = p.w_uk_codes.data(),
+          .w_uv = p.w_uv_codes.data(),
           .out = out.data()};
 }
 

@@ -536,13 +536,13 @@ SyntheticWeightBytes synthetic_weight_bytes(const SyntheticModelConfig& c) {
       add(H * d_qk, m.q_lora_rank > 0 ? m.q_lora_rank : d, wf);
       add(m.kv_lora_rank + m.qk_rope_head_dim, d, wf);
       add_f32(m.kv_lora_rank);
-      // kv_b_proj: held as stored (prefill) and as FP32 W_UK/W_UV (decode reads these).
+      // kv_b_proj: held as stored and as BF16 W_UK/W_UV (both forms read these).
       const int64_t kv_b = H * (m.qk_nope_head_dim + m.v_head_dim) * m.kv_lora_rank;
       out.total_bytes += linear_bytes(H * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, wf);
       out.num_params += kv_b;
       out.active_params += kv_b;
-      out.per_step_bytes += 4 * kv_b;
-      out.total_bytes += 4 * kv_b;
+      out.per_step_bytes += 2 * kv_b;
+      out.total_bytes += 2 * kv_b;
       add(d, H * m.v_head_dim, wf);
       if (mixer == SyntheticMixer::kMlaDsa) {
         const SyntheticDsaConfig& s = c.dsa;

@@ -86,7 +86,7 @@ Result<SyntheticModelConfig> load_synthetic_config(const std::string& path);
 // configs built in code.
 Status validate_synthetic_config(const SyntheticModelConfig& config);
 
-// What one decode step reads, in the formats the engine keeps (MLA's absorbed W_UK/W_UV are FP32,
+// What one decode step reads, in the formats the engine keeps (MLA's absorbed W_UK/W_UV are BF16,
 // the rest as stored): bytes independent of the batch (attention, dense FFNs, shared experts,
 // routers, lm_head, norms) and the bytes of one routed expert. Embedding rows are not counted.
 struct SyntheticWeightBytes {

@@ -153,8 +153,8 @@ TEST(SyntheticModelTest, WeightBytesByHand) {
   const SyntheticModelConfig c = parse_ok(kDenseJson);
   const SyntheticWeightBytes b = synthetic_weight_bytes(c);
   // Per layer: norms 2·64 FP32; q_proj [2·24, 64], kv_a [40, 64], kv_a norm 32 FP32, W_UK/W_UV
-  // 2·32·32 FP32, o_proj [64, 32]; MLP 3·128·64. lm_head [100, 64], final norm 64 FP32.
-  const int64_t layer = 4 * 128 + 2 * 48 * 64 + 2 * 40 * 64 + 4 * 32 + 4 * 2 * 32 * 32 +
+  // 2·32·32 BF16, o_proj [64, 32]; MLP 3·128·64. lm_head [100, 64], final norm 64 FP32.
+  const int64_t layer = 4 * 128 + 2 * 48 * 64 + 2 * 40 * 64 + 4 * 32 + 2 * 2 * 32 * 32 +
                         2 * 64 * 32 + 2 * 3 * 128 * 64;
   EXPECT_EQ(b.per_step_bytes, 2 * layer + 2 * 100 * 64 + 4 * 64);
   EXPECT_EQ(b.per_expert_bytes, 0);

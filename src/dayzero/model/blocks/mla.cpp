@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dayzero/core/check.h"
+#include "dayzero/formats/codecs.h"
 #include "dayzero/kernels/mla_absorb.h"
 #include "dayzero/kernels/mla_attention.h"
 #include "dayzero/kernels/norms.h"
@@ -130,16 +131,19 @@ MlaBlock::MlaBlock(MlaConfig config, MlaWeights weights)
   DZ_CHECK(!c.rope || c.rope->rope_dim == c.qk_rope_head_dim, "rope_dim {} vs qk_rope_head_dim {}",
            c.rope ? c.rope->rope_dim : 0, c.qk_rope_head_dim);
   // kv_b_proj viewed as [H, d_n + d_v, r_kv]; both forms use its BF16 dequantization (§2.3), so
-  // that they compute the same function.
+  // that they compute the same function, and keep it as BF16 codes.
   std::vector<float> kv_b(static_cast<size_t>(H * (d_n + d_v) * r_kv));
   weights_.kv_b_proj.dequantize(kv_b.data());
-  kernels::round_to_bf16(kv_b.data(), static_cast<int64_t>(kv_b.size()));
-  w_uk_ = AlignedBuffer::for_weights(static_cast<size_t>(H * d_n * r_kv) * sizeof(float));
-  w_uv_ = AlignedBuffer::for_weights(static_cast<size_t>(H * d_v * r_kv) * sizeof(float));
+  w_uk_ = AlignedBuffer::for_weights(static_cast<size_t>(H * d_n * r_kv) * sizeof(uint16_t));
+  w_uv_ = AlignedBuffer::for_weights(static_cast<size_t>(H * d_v * r_kv) * sizeof(uint16_t));
+  auto* w_uk_codes = reinterpret_cast<uint16_t*>(w_uk_.data());
+  auto* w_uv_codes = reinterpret_cast<uint16_t*>(w_uv_.data());
   for (int64_t h = 0; h < H; ++h) {
     const float* head = kv_b.data() + h * (d_n + d_v) * r_kv;
-    std::copy_n(head, d_n * r_kv, w_uk() + h * d_n * r_kv);
-    std::copy_n(head + d_n * r_kv, d_v * r_kv, w_uv() + h * d_v * r_kv);
+    for (int64_t e = 0; e < d_n * r_kv; ++e)
+      w_uk_codes[h * d_n * r_kv + e] = formats::encode_bf16(head[e]);
+    for (int64_t e = 0; e < d_v * r_kv; ++e)
+      w_uv_codes[h * d_v * r_kv + e] = formats::encode_bf16(head[d_n * r_kv + e]);
   }
 }
 

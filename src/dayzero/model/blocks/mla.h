@@ -113,15 +113,13 @@ class MlaBlock {
                       const MlaLayerCache& cache, const TokenSelection& selection, float* o,
                       std::span<std::byte> workspace, int layer_id) const;
 
-  float* w_uk() { return reinterpret_cast<float*>(w_uk_.data()); }
-  float* w_uv() { return reinterpret_cast<float*>(w_uv_.data()); }
-  const float* w_uk() const { return reinterpret_cast<const float*>(w_uk_.data()); }
-  const float* w_uv() const { return reinterpret_cast<const float*>(w_uv_.data()); }
+  const uint16_t* w_uk() const { return reinterpret_cast<const uint16_t*>(w_uk_.data()); }
+  const uint16_t* w_uv() const { return reinterpret_cast<const uint16_t*>(w_uv_.data()); }
 
   MlaConfig config_;
   MlaWeights weights_;
-  AlignedBuffer w_uk_;  // [H, d_n, r_kv] FP32
-  AlignedBuffer w_uv_;  // [H, d_v, r_kv] FP32
+  AlignedBuffer w_uk_;  // [H, d_n, r_kv] BF16 codes
+  AlignedBuffer w_uv_;  // [H, d_v, r_kv] BF16 codes
 };
 
 }  // namespace dz::model
