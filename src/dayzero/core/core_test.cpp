@@ -13,6 +13,7 @@
 #include "dayzero/core/parallel.h"
 #include "dayzero/core/status.h"
 #include "dayzero/core/tensor.h"
+#include "dayzero/core/weight_pool_asan.h"
 
 namespace dz {
 namespace core_test {
@@ -107,6 +108,8 @@ TEST(WeightPool, BuffersAreZeroAlignedDisjointAndTheirSlabsGoWithTheLast) {
       const size_t checked = std::min<size_t>(sizes[i], size_t{4} << 20);
       for (size_t j = 0; j < checked; ++j) ASSERT_EQ(b.data()[j], std::byte{0}) << i << " " << j;
       EXPECT_EQ(b.data()[sizes[i] - 1], std::byte{0});
+      // Under AddressSanitizer the byte past the end is poisoned (a read there is reported).
+      EXPECT_EQ(weight_pool::is_poisoned(b.data() + sizes[i]), weight_pool::kAddressSanitizer) << i;
       b.data()[0] = static_cast<std::byte>(i + 1);
       b.data()[sizes[i] - 1] = static_cast<std::byte>(i + 1);
     }

@@ -6,6 +6,8 @@
 #include <mutex>
 #include <new>
 
+#include "dayzero/core/weight_pool_asan.h"
+
 namespace dz::weight_pool {
 
 namespace {
@@ -14,6 +16,9 @@ constexpr size_t kHugePage = size_t{2} << 20;
 // Address space per slab; a weight larger than this gets a slab of its own.
 constexpr size_t kSlabBytes = size_t{256} << 20;
 constexpr size_t kAlignment = 64;
+// Under AddressSanitizer each buffer is followed by poisoned bytes, so reading past a weight's end
+// is reported as it was when weights came from malloc.
+constexpr size_t kRedZone = kAddressSanitizer ? 64 : 0;
 
 size_t round_up(size_t x, size_t m) {
   return (x + m - 1) / m * m;
@@ -50,6 +55,7 @@ Slab* map_slab(size_t size) {
 }
 
 void unmap_slab(Slab* slab) {
+  unpoison(slab->base, slab->size);
   ::munmap(slab->mapping, slab->mapping_bytes);
   delete slab;
   --num_slabs;
@@ -58,12 +64,13 @@ void unmap_slab(Slab* slab) {
 }  // namespace
 
 Allocation allocate(size_t bytes) {
-  const size_t size = round_up(bytes, kAlignment);
+  const size_t size = round_up(bytes, kAlignment) + kRedZone;
   const std::lock_guard lock(mutex);
   if (size > kSlabBytes) {
     Slab* own = map_slab(round_up(size, kHugePage));
     own->used = size;
     own->live = 1;
+    poison(own->base + bytes, size - bytes);
     return {own->base, own};
   }
   if (current == nullptr || current->size - current->used < size) {
@@ -73,6 +80,7 @@ Allocation allocate(size_t bytes) {
   std::byte* data = current->base + current->used;
   current->used += size;
   ++current->live;
+  poison(data + bytes, size - bytes);
   return {data, current};
 }
 
