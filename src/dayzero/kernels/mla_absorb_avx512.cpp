@@ -20,6 +20,7 @@
 #include <algorithm>
 
 #include "dayzero/core/check.h"
+#include "dayzero/kernels/bf16_avx512.h"
 #include "dayzero/kernels/mla_absorb.h"
 #include "dayzero/kernels/unroll.h"
 
@@ -50,8 +51,7 @@ void check_avx512_dims(const MlaAbsorbDims& d) {
 
 // 16 BF16 codes as FP32 (exact).
 inline __m512 load_bf16_16(const uint16_t* codes) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(
-      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes))), 16));
+  return detail::decode_bf16_16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes)));
 }
 
 // dst[t][0:64] = Σ_k q[t][k] · w[k·r_kv + 0:64] for NT tokens.
